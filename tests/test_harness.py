@@ -1,0 +1,736 @@
+"""Tests of the study harness: atomic IO, JSON conversion, overrides, registry, run, tour,
+report helpers and the progress bar. Every test checks values, not only that code runs."""
+
+import dataclasses
+import io
+import json
+import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import types
+from typing import Literal
+
+import numpy as np
+import pytest
+
+import studies
+from workbench import _harness, cli
+from workbench._io import (
+    atomic_open,
+    atomic_write_json,
+    atomic_write_text,
+    environment,
+    new_run_dir,
+    to_jsonable,
+)
+from workbench._overrides import OverrideError, describe_fields, parse_overrides, parse_value
+from workbench._progress import Progress, format_duration, progress
+from workbench._report import code_block, demote_headings, markdown_table, save_figure
+
+# --------------------------------------------------------------------------------------------
+# fixtures: a tiny real study, a failing one, and x64 restored after CLI calls
+# --------------------------------------------------------------------------------------------
+
+SQUARES_MODULE = "_workbench_test_squares"
+BROKEN_MODULE = "_workbench_test_broken"
+
+
+def _sum_of_squares(n):
+    return n * (n + 1) * (2 * n + 1) // 6
+
+
+def _make_squares_study():
+    module = types.ModuleType(
+        SQUARES_MODULE,
+        "Does summing k^2 for k = 1..n give n(n+1)(2n+1)/6?\n\nA study for testing the harness.",
+    )
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        n: int = 1000
+        label: str = "squares"
+        weights: tuple[float, ...] = (1.0,)
+
+    def smoke_config():
+        return Config(n=10)
+
+    def main(config, out):
+        total = sum(k * k for k in range(1, config.n + 1))
+        (out / "notes.txt").write_text(config.label)
+        return {
+            "n": config.n,
+            "sum_of_squares": total,
+            "closed_form": _sum_of_squares(config.n),
+            "weights": np.asarray(config.weights),
+            "report": f"# Squares\n\nThe sum of squares 1..{config.n} is {total}.",
+        }
+
+    module.NAME = "squares"
+    module.SUMMARY = "Sum of squares against its closed form."
+    module.Config = Config
+    module.smoke_config = smoke_config
+    module.main = main
+    return module
+
+
+def _make_broken_study():
+    module = types.ModuleType(BROKEN_MODULE, "Does a study that raises get reported?")
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        size: int = 3
+
+    def main(config, out):
+        raise RuntimeError(f"boom {config.size * 14}")
+
+    module.NAME = "broken"
+    module.SUMMARY = "Always raises."
+    module.Config = Config
+    module.smoke_config = Config
+    module.main = main
+    return module
+
+
+@pytest.fixture
+def fake_registry(monkeypatch):
+    """studies.STUDIES holding only the squares and broken studies."""
+    squares, broken = _make_squares_study(), _make_broken_study()
+    monkeypatch.setitem(sys.modules, SQUARES_MODULE, squares)
+    monkeypatch.setitem(sys.modules, BROKEN_MODULE, broken)
+    monkeypatch.setattr(studies, "STUDIES", {"squares": SQUARES_MODULE, "broken": BROKEN_MODULE})
+    return squares, broken
+
+
+@pytest.fixture
+def restore_x64():
+    """The CLI turns float64 on for the whole process; put the flag back afterwards."""
+    import jax
+
+    old = bool(jax.config.jax_enable_x64)
+    yield
+    jax.config.update("jax_enable_x64", old)
+
+
+def _listing(folder):
+    return sorted(p.name for p in pathlib.Path(folder).iterdir())
+
+
+# --------------------------------------------------------------------------------------------
+# atomic writes
+# --------------------------------------------------------------------------------------------
+
+
+def test_atomic_json_failure_keeps_old_file_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "results.json"
+    atomic_write_json(path, {"error": 0.25})
+    before = path.read_bytes()
+    with pytest.raises(TypeError, match=r"results\.json\['a'\]\[1\] has type builtins\.object"):
+        atomic_write_json(path, {"error": 0.5, "a": [1, object()]})
+    assert path.read_bytes() == before
+    assert json.loads(before) == {"error": 0.25}
+    assert _listing(tmp_path) == ["results.json"]
+
+
+def test_atomic_open_failure_midway_through_streamed_write(tmp_path):
+    # json.dump writes chunk by chunk, so part of the text is in the temp file when it fails.
+    path = tmp_path / "data.json"
+    atomic_write_text(path, "old contents\n")
+    with pytest.raises(TypeError):
+        with atomic_open(path, "w") as f:
+            json.dump({"first": list(range(1000)), "second": object()}, f)
+    assert path.read_text() == "old contents\n"
+    assert _listing(tmp_path) == ["data.json"]
+
+
+def test_atomic_write_replaces_and_sets_ordinary_permissions(tmp_path):
+    path = tmp_path / "report.md"
+    atomic_write_text(path, "one")
+    atomic_write_text(path, "two ✓")
+    assert path.read_text(encoding="utf-8") == "two ✓"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert _listing(tmp_path) == ["report.md"]
+
+
+def test_atomic_open_rejects_missing_folder_and_bad_mode(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        atomic_write_text(tmp_path / "missing" / "x.txt", "x")
+    with pytest.raises(ValueError, match=r"mode='a'.*'w', 'wb'"):
+        with atomic_open(tmp_path / "x.txt", "a"):
+            pass
+
+
+# --------------------------------------------------------------------------------------------
+# JSON conversion
+# --------------------------------------------------------------------------------------------
+
+
+def test_json_round_trip_of_numpy_values(tmp_path):
+    import jax.numpy as jnp
+
+    f32 = np.float32(0.1)
+    grid = np.linspace(0.0, 1.0, 7).reshape(7, 1) ** 3
+    ints = np.arange(-3, 3, dtype=np.int32).reshape(2, 3)
+    obj = {
+        "f64": np.float64(1 / 3),
+        "f32": f32,
+        "i64": np.int64(2**40 + 1),
+        "u8": np.uint8(255),
+        "flag": np.bool_(True),
+        "grid": grid,
+        "ints": ints,
+        "jax": jnp.arange(4),
+        "tuple": (1, 2.5, "x"),
+        3: "int key",
+        "nested": {"list": [np.float64(2.0), None, False]},
+    }
+    path = tmp_path / "r.json"
+    atomic_write_json(path, obj)
+    back = json.loads(path.read_text())
+
+    assert back["f64"] == 1 / 3  # repr round-trips a double exactly
+    assert back["f32"] == float(f32) and np.float32(back["f32"]) == f32
+    assert back["i64"] == 2**40 + 1 and type(back["i64"]) is int
+    assert back["u8"] == 255
+    assert back["flag"] is True
+    np.testing.assert_array_equal(np.asarray(back["grid"]), grid)  # exact, not approximate
+    np.testing.assert_array_equal(np.asarray(back["ints"], dtype=np.int32), ints)
+    assert back["jax"] == [0, 1, 2, 3]
+    assert back["tuple"] == [1, 2.5, "x"]
+    assert back["3"] == "int key"
+    assert back["nested"] == {"list": [2.0, None, False]}
+
+
+def test_json_non_finite_floats_become_strings(tmp_path):
+    path = tmp_path / "r.json"
+    atomic_write_json(
+        path, {"a": math.nan, "b": np.float32(np.inf), "c": np.array([-np.inf, 1.0, np.nan])}
+    )
+    text = path.read_text()
+    assert json.loads(text) == {"a": "NaN", "b": "Infinity", "c": ["-Infinity", 1.0, "NaN"]}
+    # Strict JSON: no bare NaN / Infinity tokens a strict parser would reject.
+    json.loads(text, parse_constant=lambda token: pytest.fail(f"bare {token} in JSON"))
+
+
+def test_to_jsonable_dataclass_path_and_errors(tmp_path):
+    @dataclasses.dataclass(frozen=True)
+    class C:
+        steps: tuple[int, ...] = (4, 8)
+        where: pathlib.Path = pathlib.Path("a/b")
+
+    assert to_jsonable({"c": C()}) == {"c": {"steps": [4, 8], "where": "a/b"}}
+    with pytest.raises(TypeError, match=r"obj\['z'\] has type builtins.complex"):
+        to_jsonable({"z": 1 + 2j})
+    with pytest.raises(TypeError, match="key"):
+        to_jsonable({(1, 2): 3})
+
+
+# --------------------------------------------------------------------------------------------
+# run folders and environment
+# --------------------------------------------------------------------------------------------
+
+
+def test_new_run_dir_is_unique_and_named(tmp_path):
+    a = new_run_dir(tmp_path / "runs", "exact-recovery")
+    b = new_run_dir(tmp_path / "runs", "exact-recovery")
+    assert a != b and a.is_dir() and b.is_dir()
+    assert re.fullmatch(r"exact-recovery-\d{8}T\d{6}Z(-\d+)?", a.name)
+    assert b.name.startswith("exact-recovery-")
+    assert _listing(a) == [] and _listing(b) == []
+    with pytest.raises(ValueError, match="'../x'"):
+        new_run_dir(tmp_path, "../x")
+
+
+def test_environment_record():
+    import jax
+
+    env = environment()
+    assert json.loads(json.dumps(to_jsonable(env))) == env  # already JSON-able
+    assert env["packages"]["numpy"] == np.__version__
+    assert env["packages"]["jax"] == jax.__version__
+    assert env["jax_enable_x64"] is bool(jax.config.jax_enable_x64)
+    assert env["jax_backend"] == jax.default_backend()
+    assert len(env["jax_devices"]) == len(jax.devices())
+    assert env["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert isinstance(env["cpu_count"], int) and env["cpu_count"] >= 1
+    assert env["git_commit"] is None or re.fullmatch(r"[0-9a-f]{40}", env["git_commit"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", env["timestamp_utc"])
+
+
+# --------------------------------------------------------------------------------------------
+# overrides
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _AllTypes:
+    steps: int = 4
+    tol: float = 1e-6
+    plot: bool = True
+    name: str = "lie"
+    sizes: tuple[int, ...] = (8, 16)
+    betas: tuple[float, ...] = (0.5,)
+    tags: tuple[str, ...] = ()
+    scheme: Literal["lie", "strang"] = "lie"
+    seed: int | None = None
+    pair: tuple[int, float] = (1, 2.0)
+
+
+def test_overrides_give_typed_values():
+    got = parse_overrides(
+        _AllTypes,
+        [
+            ("steps", "-3"),
+            ("tol", "1e-8"),
+            ("plot", "no"),
+            ("name", "Strang splitting"),
+            ("sizes", "8, 16,32"),
+            ("betas", "0.25,1,4e0"),
+            ("tags", "a,b"),
+            ("scheme", "strang"),
+            ("seed", "42"),
+            ("pair", "3,0.5"),
+        ],
+    )
+    assert got == {
+        "steps": -3,
+        "tol": 1e-8,
+        "plot": False,
+        "name": "Strang splitting",
+        "sizes": (8, 16, 32),
+        "betas": (0.25, 1.0, 4.0),
+        "tags": ("a", "b"),
+        "scheme": "strang",
+        "seed": 42,
+        "pair": (3, 0.5),
+    }
+    assert type(got["steps"]) is int and type(got["tol"]) is float
+    assert all(type(x) is float for x in got["betas"])
+    assert all(type(x) is int for x in got["sizes"])
+    config = dataclasses.replace(_AllTypes(), **got)
+    assert config.sizes == (8, 16, 32)
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [("true", True), ("FALSE", False), ("1", True), ("0", False), ("Yes", True), ("no", False)],
+)
+def test_bool_words(text, value):
+    assert parse_value(text, bool) is value
+
+
+def test_optional_and_empty_tuple_and_dashes():
+    assert parse_overrides(_AllTypes, [("seed", "None"), ("tags", "")]) == {
+        "seed": None,
+        "tags": (),
+    }
+    assert parse_overrides(_AllTypes, [("steps", "7")]) == {"steps": 7}
+
+    @dataclasses.dataclass(frozen=True)
+    class WithUnderscore:
+        num_steps: int = 1
+
+    assert parse_overrides(WithUnderscore, [("num-steps", "5")]) == {"num_steps": 5}
+
+
+def test_unknown_field_error_names_field_value_and_choices():
+    with pytest.raises(OverrideError) as info:
+        parse_overrides(_AllTypes, [("stpes", "5")], study="demo")
+    message = str(info.value)
+    assert "'stpes'" in message and "'5'" in message and "'demo'" in message
+    valid = "steps, tol, plot, name, sizes, betas, tags, scheme, seed, pair"
+    assert f"valid fields: {valid}." in message
+
+
+@pytest.mark.parametrize(
+    "field, text, expected",
+    [
+        ("steps", "3.5", "int"),
+        ("tol", "small", "float"),
+        ("plot", "maybe", "bool (use true/false, 1/0 or yes/no)"),
+        ("sizes", "8,x", "tuple[int, ...] (item 1 = 'x' is not a int)"),
+        ("sizes", "8,,16", "tuple[int, ...] (item 1 is empty)"),
+        ("scheme", "yoshida", "one of 'lie', 'strang' (valid choices: lie, strang)"),
+        ("seed", "abc", "int | None"),
+        ("pair", "1,2,3", "tuple[int, float] (expected 2 comma-separated values, got 3)"),
+    ],
+)
+def test_bad_value_error_names_field_value_and_type(field, text, expected):
+    with pytest.raises(OverrideError) as info:
+        parse_overrides(_AllTypes, [(field, text)])
+    message = str(info.value)
+    assert message.startswith(f"field {field!r}: cannot read {text!r} as {expected}")
+
+
+def test_override_structural_errors():
+    with pytest.raises(OverrideError, match=r"'steps' is given twice \('1' and '2'\)"):
+        parse_overrides(_AllTypes, [("steps", "1"), ("steps", "2")])
+    with pytest.raises(OverrideError, match=r"'steps' has no value; write --steps VALUE"):
+        parse_overrides(_AllTypes, [("steps", None)])
+
+    @dataclasses.dataclass(frozen=True)
+    class Odd:
+        table: dict = dataclasses.field(default_factory=dict)
+
+    with pytest.raises(OverrideError, match=r"'table' has type dict, which cannot be set"):
+        parse_overrides(Odd, [("table", "{}")])
+
+
+def test_describe_fields_shows_types_and_defaults():
+    text = describe_fields(_AllTypes, dataclasses.replace(_AllTypes(), steps=2))
+    lines = {line.split()[0]: line for line in text.splitlines()}
+    assert "int" in lines["--steps"] and "default: 4, smoke: 2" in lines["--steps"]
+    assert "tuple[int, ...]" in lines["--sizes"] and "default: 8,16" in lines["--sizes"]
+
+
+# --------------------------------------------------------------------------------------------
+# registry
+# --------------------------------------------------------------------------------------------
+
+
+def test_get_study_unknown_lists_valid_names():
+    with pytest.raises(ValueError) as info:
+        studies.get_study("nope")
+    message = str(info.value)
+    assert "'nope'" in message
+    assert f"valid studies: {', '.join(studies.STUDIES)}." in message
+    assert "exact-recovery" in message
+
+
+def test_registry_points_at_exact_recovery_and_imports_lazily():
+    assert studies.STUDIES["exact-recovery"] == "studies.exact_recovery"
+    assert all(path.startswith("studies.") for path in studies.STUDIES.values())
+    # A fresh interpreter: importing the package and the CLI imports no study, no JAX,
+    # and does not turn float64 on.
+    code = (
+        "import sys, studies, workbench.cli\n"
+        "assert 'studies.exact_recovery' not in sys.modules\n"
+        "import jax\n"
+        "assert not jax.config.jax_enable_x64\n"
+    )
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo)
+    assert done.returncode == 0, done.stderr
+
+
+def test_check_study_reports_protocol_violations(fake_registry):
+    squares, _ = fake_registry
+    assert _harness.check_study(squares, "squares") is squares
+    with pytest.raises(_harness.StudyError, match="registered as 'other' but its NAME"):
+        _harness.check_study(squares, "other")
+
+    bad = types.ModuleType("_bad_study", "A question?")
+    bad.NAME, bad.SUMMARY = "bad", "x"
+
+    @dataclasses.dataclass  # not frozen
+    class Config:
+        n: int = 1
+
+    bad.Config = Config
+    with pytest.raises(_harness.StudyError, match="frozen dataclass"):
+        _harness.check_study(bad)
+
+    @dataclasses.dataclass(frozen=True)
+    class Clash:
+        out: str = "x"
+
+    bad.Config = Clash
+    with pytest.raises(_harness.StudyError, match="'out' clash"):
+        _harness.check_study(bad)
+
+
+# --------------------------------------------------------------------------------------------
+# run_study
+# --------------------------------------------------------------------------------------------
+
+
+def test_run_study_writes_config_results_and_report(tmp_path, fake_registry):
+    squares, _ = fake_registry
+    config = squares.Config(n=24, weights=(0.5, 2.0))
+    returned = _harness.run_study(squares, config, tmp_path / "run", smoke=True)
+    out = tmp_path / "run"
+    assert _listing(out) == ["config.json", "notes.txt", "report.md", "results.json"]
+
+    results = json.loads((out / "results.json").read_text())
+    assert results == {
+        "n": 24,
+        "sum_of_squares": 4900,
+        "closed_form": 4900,
+        "weights": [0.5, 2.0],
+    }
+    assert (out / "report.md").read_text() == ("# Squares\n\nThe sum of squares 1..24 is 4900.\n")
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["study"] == "squares"
+    assert recorded["smoke"] is True
+    assert recorded["config"] == {"n": 24, "label": "squares", "weights": [0.5, 2.0]}
+    assert recorded["environment"]["packages"]["numpy"] == np.__version__
+    assert returned["sum_of_squares"] == 4900 and returned["report"].startswith("# Squares")
+
+
+def test_run_study_rejects_bad_results_without_writing_them(tmp_path, fake_registry):
+    squares, _ = fake_registry
+    squares.main = lambda config, out: {"value": 1}
+    with pytest.raises(_harness.StudyError, match="'report'.*got keys \\['value'\\]"):
+        _harness.run_study(squares, squares.Config(), tmp_path)
+    assert _listing(tmp_path) == ["config.json"]
+
+    squares.main = lambda config, out: {"value": object(), "report": "text"}
+    with pytest.raises(TypeError, match=r"results\.json\['value'\]"):
+        _harness.run_study(squares, squares.Config(), tmp_path)
+    assert _listing(tmp_path) == ["config.json"]
+
+    with pytest.raises(_harness.StudyError, match="Config"):
+        _harness.run_study(squares, _AllTypes(), tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# the command line
+# --------------------------------------------------------------------------------------------
+
+
+def test_cli_run_with_overrides(tmp_path, fake_registry, restore_x64, capsys):
+    out = tmp_path / "r"
+    code = cli.main(["run", "squares", "--smoke", "--n=12", "--out", str(out), "--label", "hi"])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["sum_of_squares"] == _sum_of_squares(12) == 650
+    assert (out / "notes.txt").read_text() == "hi"
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["smoke"] is True
+    assert recorded["config"] == {"n": 12, "label": "hi", "weights": [1.0]}
+    assert recorded["environment"]["jax_enable_x64"] is True  # the CLI turned float64 on
+    printed = capsys.readouterr().out
+    assert str(out / "results.json") in printed and str(out / "report.md") in printed
+
+
+def test_cli_run_smoke_defaults_and_negative_values(tmp_path, fake_registry, restore_x64):
+    out = tmp_path / "r"
+    assert cli.main(["run", "--weights", "-1.5,2", "squares", "--smoke", "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["n"] == 10 and results["sum_of_squares"] == 385
+    assert results["weights"] == [-1.5, 2.0]
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--n", "1.5"], "field 'n': cannot read '1.5' as int"),
+        (
+            ["--m", "3"],
+            "unknown field 'm' (given value '3') of study 'squares'; "
+            "valid fields: n, label, weights.",
+        ),
+        (["--n"], "field 'n' of study 'squares' has no value"),
+    ],
+)
+def test_cli_run_usage_errors(tmp_path, fake_registry, restore_x64, capsys, args, expected):
+    out = tmp_path / "never"
+    assert cli.main(["run", "squares", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert not out.exists()  # nothing computed, nothing written
+
+
+def test_cli_run_unknown_study(fake_registry, restore_x64, capsys):
+    assert cli.main(["run", "nope"]) == 2
+    assert "unknown study 'nope'; valid studies: squares, broken." in capsys.readouterr().err
+
+
+def test_cli_run_study_help(fake_registry, restore_x64, capsys):
+    assert cli.main(["run", "squares", "--help"]) == 0
+    printed = capsys.readouterr().out
+    assert "Does summing k^2 for k = 1..n give n(n+1)(2n+1)/6?" in printed
+    assert re.search(r"--n int\s+default: 1000, smoke: 10", printed)
+
+
+def test_cli_list(fake_registry, capsys):
+    assert cli.main(["list"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "squares  Sum of squares against its closed form.",
+        "broken   Always raises.",
+    ]
+
+
+def test_cli_bad_command(capsys):
+    assert cli.main(["frobnicate"]) == 2
+    assert cli.main([]) == 2
+
+
+def test_tour_records_success_and_failure(tmp_path, fake_registry, restore_x64, capsys):
+    out = tmp_path / "tour"
+    code = cli.main(["tour", "--out", str(out)])
+    assert code == 1
+    report = (out / "report.md").read_text()
+    # The good study: its report, nested under its heading, and its exact number on disk.
+    assert "## squares" in report and "### Squares" in report
+    assert "The sum of squares 1..10 is 385." in report
+    assert json.loads((out / "squares" / "results.json").read_text())["sum_of_squares"] == 385
+    # The failing one: marked, with its traceback, and it did not stop the tour.
+    assert "## broken" in report and "**FAILED**" in report
+    assert "RuntimeError: boom 42" in report and "Traceback (most recent call last)" in report
+    assert "boom 42" in (out / "broken" / "traceback.txt").read_text()
+    assert report.index("## squares") < report.index("## broken")
+    assert re.search(r"\| squares +\| ok +\| +\d+\.\d\d \|", report)
+    assert re.search(r"\| broken +\| \*\*FAILED\*\* +\| +\d+\.\d\d \|", report)
+    summary = json.loads((out / "tour.json").read_text())
+    assert summary["mode"] == "smoke"
+    assert summary["studies"]["squares"]["ok"] is True
+    assert summary["studies"]["broken"] == {
+        "ok": False,
+        "wall_time_s": summary["studies"]["broken"]["wall_time_s"],
+        "error": "RuntimeError: boom 42",
+    }
+    assert "failed: broken" in capsys.readouterr().err
+
+
+def test_tour_all_ok_returns_zero_and_full_uses_default_config(tmp_path, fake_registry):
+    out = tmp_path / "tour"
+    code = _harness.run_tour(
+        out, full=True, registry={"squares": SQUARES_MODULE}, stream=io.StringIO()
+    )
+    assert code == 0
+    assert json.loads((out / "squares" / "results.json").read_text())["sum_of_squares"] == (
+        _sum_of_squares(1000)
+    )
+    assert json.loads((out / "squares" / "config.json").read_text())["smoke"] is False
+
+
+# --------------------------------------------------------------------------------------------
+# report helpers
+# --------------------------------------------------------------------------------------------
+
+
+def test_markdown_table_exact_text():
+    table = markdown_table(
+        ["h", "error", "scheme"],
+        [(0.1, np.float64(1.23456e-4), "lie"), (0.05, None, "a|b"), (np.int64(3), 2.0, True)],
+    )
+    assert table == (
+        "| h    | error    | scheme |\n"
+        "| ---: | -------: | ------ |\n"
+        "|  0.1 | 0.000123 | lie    |\n"
+        "| 0.05 |          | a\\|b   |\n"
+        "|    3 |        2 | True   |"
+    )
+    assert markdown_table(["x"], [(1 / 3,)], floatfmt=".2e").splitlines()[2] == "| 3.33e-01 |"
+
+
+def test_markdown_table_errors():
+    with pytest.raises(ValueError, match=r"row 1 has 1 cells but there are 2 headers"):
+        markdown_table(["a", "b"], [(1, 2), (3,)])
+    with pytest.raises(ValueError, match=r"floatfmt='%d'"):
+        markdown_table(["a"], [(1.0,)], floatfmt="%d")
+
+
+def test_demote_headings_and_code_block():
+    md = "# Title\ntext\n```\n# not a heading\n```\n## Sub"
+    assert demote_headings(md, 2) == "### Title\ntext\n```\n# not a heading\n```\n#### Sub"
+    assert code_block("a ``` b") == "````\na ``` b\n````"
+
+
+def test_save_figure_atomic_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from workbench._report import new_figure
+
+    fig, ax = new_figure(figsize=(2, 2))
+    ax.plot([0, 1], [0, 1])
+    path = save_figure(fig, tmp_path / "line.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _listing(tmp_path) == ["line.png"]
+
+    before = path.read_bytes()
+    fig, ax = new_figure()
+    with pytest.raises(ValueError, match=r"suffix '\.nope'.*valid suffixes:.*\.png"):
+        save_figure(fig, tmp_path / "line.nope")
+    assert path.read_bytes() == before and _listing(tmp_path) == ["line.png"]
+
+
+# --------------------------------------------------------------------------------------------
+# progress
+# --------------------------------------------------------------------------------------------
+
+
+class _FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class _TTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_format_duration():
+    assert format_duration(0) == "0:00"
+    assert format_duration(75.9) == "1:15"
+    assert format_duration(3725) == "1:02:05"
+    assert format_duration(float("nan")) == "?"
+
+
+def test_progress_plain_lines_for_logs():
+    clock, stream = _FakeClock(), io.StringIO()
+    with Progress(10, desc="fit", stream=stream, log_every=30, clock=clock, disable=False) as bar:
+        for _ in range(10):
+            clock.now += 4.0
+            bar.update()
+    lines = stream.getvalue().splitlines()
+    # first update at 4 s; then one line each time 30 s have passed (at 36 s); the final line.
+    assert lines == [
+        "fit: 1/10 (10%) 0:04 elapsed, eta 0:36",
+        "fit: 9/10 (90%) 0:36 elapsed, eta 0:04",
+        "fit: 10/10 (100%) 0:40 elapsed",
+    ]
+
+
+def test_progress_tty_redraws_in_place():
+    clock, stream = _FakeClock(), _TTY()
+    items = []
+    for item in progress(range(4), stream=stream, clock=clock, disable=False, width=4):
+        clock.now += 1.0
+        items.append(item)
+    assert items == [0, 1, 2, 3]
+    text = stream.getvalue()
+    assert text.endswith("\n") and text.count("\n") == 1
+    assert text.count("\r") == 4  # four updates, each past the refresh interval
+    # The last, shorter line is padded with spaces to wipe the longer one before it.
+    previous, last = text.split("\r")[-2:]
+    assert previous == "[###-] 3/4 (75%) 0:03 elapsed, eta 0:01"
+    assert last == "[####] 4/4 (100%) 0:04 elapsed".ljust(len(previous)) + "\n"
+
+
+def test_progress_tty_throttles_redraws():
+    clock, stream = _FakeClock(), _TTY()
+    with Progress(1000, stream=stream, clock=clock, disable=False, refresh=0.1) as bar:
+        for _ in range(1000):
+            clock.now += 0.001  # 1 s in all: about ten redraws, not a thousand
+            bar.update()
+    assert 10 <= stream.getvalue().count("\r") <= 12
+
+
+def test_progress_disabled_and_environment_switch(monkeypatch):
+    stream = io.StringIO()
+    assert list(progress([1, 2], stream=stream, disable=True)) == [1, 2]
+    monkeypatch.setenv("WORKBENCH_PROGRESS", "0")
+    with Progress(3, stream=stream) as bar:
+        bar.update(3)
+    assert stream.getvalue() == ""
+    monkeypatch.setenv("WORKBENCH_PROGRESS", "1")
+    with Progress(None, stream=stream, clock=_FakeClock()) as bar:
+        bar.update(5)
+    assert stream.getvalue().splitlines()[-1] == "5 0:00 elapsed"
+
+
+def test_progress_marks_an_error():
+    stream = io.StringIO()
+    with pytest.raises(KeyError):
+        with Progress(5, stream=stream, clock=_FakeClock(), disable=False) as bar:
+            bar.update(2)
+            raise KeyError("x")
+    assert stream.getvalue().splitlines()[-1].endswith("(stopped by an error)")

@@ -1,0 +1,23 @@
+"""workbench: Transformers as discretized differential equations, in JAX.
+
+The public API is re-exported here; submodules starting with `_` are private.
+"""
+
+from . import architectures as architectures, report as report, schemes as schemes, terms as terms
+from ._controls import (
+    AbstractControl as AbstractControl,
+    Constant as Constant,
+    Interpolated as Interpolated,
+    PiecewiseConstant as PiecewiseConstant,
+    stack as stack,
+)
+from ._equation import (
+    AbstractPlacement as AbstractPlacement,
+    Equation as Equation,
+    Operator as Operator,
+    PostNorm as PostNorm,
+    PreNorm as PreNorm,
+)
+from ._integrate import Solution as Solution, integrate as integrate
+
+__version__ = "0.1.0"

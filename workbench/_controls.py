@@ -1,0 +1,172 @@
+"""Controls θ(t): the time-dependent parameters of the equation, stacked for `lax.scan`."""
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import PyTree
+
+
+def _num_pieces(values) -> int:
+    leaves = [x for x in jax.tree.leaves(values) if eqx.is_array(x)]
+    if not leaves:
+        raise ValueError("a control needs at least one array leaf with a leading layer axis.")
+    sizes = {x.shape[0] if x.ndim else None for x in leaves}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(
+            f"every array leaf of a control must share one leading layer axis; got sizes {sizes}."
+        )
+    return sizes.pop()
+
+
+def _index(values, i):
+    return jax.tree.map(lambda x: x[i] if eqx.is_array(x) else x, values)
+
+
+class AbstractControl(eqx.Module):
+    """θ(t) on `[0, T]`, `T = num_pieces · piece_length`, whose value is a pytree (e.g. a term).
+
+    `values` is a pytree whose array leaves carry a leading axis of length `num_pieces`
+    (one entry per layer); non-array leaves (head counts, activations) are shared.
+    """
+
+    values: eqx.AbstractVar[PyTree]
+    piece_length: eqx.AbstractVar[float]
+
+    @property
+    def num_pieces(self) -> int:
+        return _num_pieces(self.values)
+
+    @property
+    def t1(self) -> float:
+        return self.num_pieces * self.piece_length
+
+    def piece(self, i) -> PyTree:
+        """The stored value of piece (layer) `i`."""
+        return _index(self.values, i)
+
+    @abc.abstractmethod
+    def localize(self, piece) -> "AbstractControl":
+        """A control equal to this one on piece `piece`, cheap to evaluate many times there."""
+
+    @abc.abstractmethod
+    def evaluate(self, t) -> PyTree:
+        """θ(t)."""
+
+    @property
+    @abc.abstractmethod
+    def is_piecewise_constant(self) -> bool: ...
+
+
+class PiecewiseConstant(AbstractControl):
+    """Layer `l` acts on `[l h, (l + 1) h)`, `h = piece_length`: a network's weights, exactly.
+
+    **Arguments:**
+
+    - `values`: the stacked per-layer pytree (leading axis = layer).
+    - `piece_length`: the duration `h` of one layer (1 for the exact recovery of networks).
+    """
+
+    values: PyTree
+    piece_length: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        _num_pieces(self.values)
+        if not self.piece_length > 0:
+            raise ValueError(f"piece_length={self.piece_length!r} must be positive.")
+
+    @property
+    def is_piecewise_constant(self) -> bool:
+        return True
+
+    def localize(self, piece) -> "Constant":
+        return Constant(self.piece(piece))
+
+    def evaluate(self, t) -> PyTree:
+        i = jnp.clip(jnp.floor(t / self.piece_length), 0, self.num_pieces - 1).astype(int)
+        return self.piece(i)
+
+
+class Interpolated(AbstractControl):
+    r"""Piecewise-linear θ(t) through the layer values placed at the layer midpoints.
+
+    `θ((l + ½) h) = values[l]`, linear in between, constant before the first and after the last
+    midpoint. A model with interpolated controls can be solved with any number of steps: the step
+    grid need not align with layers.
+
+    θ is only continuous (kinks at the midpoints): Lie and Strang keep their order when the kinks
+    fall on step boundaries, but compositions whose substeps overshoot the step (Yoshida, Suzuki)
+    cross kinks and drop to about order 2.
+    """
+
+    values: PyTree
+    piece_length: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        _num_pieces(self.values)
+        if not self.piece_length > 0:
+            raise ValueError(f"piece_length={self.piece_length!r} must be positive.")
+
+    @property
+    def is_piecewise_constant(self) -> bool:
+        return False
+
+    def localize(self, piece) -> "Interpolated":
+        del piece
+        return self
+
+    def evaluate(self, t) -> PyTree:
+        n = self.num_pieces
+        s = jnp.clip(t / self.piece_length - 0.5, 0.0, n - 1)
+        i = jnp.clip(jnp.floor(s).astype(int), 0, max(n - 2, 0))
+        w = s - i
+        lo, hi = self.piece(i), self.piece(jnp.minimum(i + 1, n - 1))
+        return jax.tree.map(
+            lambda a, b: (1 - w).astype(a.dtype) * a + w.astype(a.dtype) * b
+            if eqx.is_inexact_array(a)
+            else a,
+            lo,
+            hi,
+        )
+
+
+class Constant(AbstractControl):
+    """A control constant in time (a single piece)."""
+
+    value: PyTree
+    piece_length: float = eqx.field(static=True, default=1.0)
+
+    @property
+    def values(self):
+        return jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, self.value)
+
+    @property
+    def is_piecewise_constant(self) -> bool:
+        return True
+
+    def localize(self, piece) -> "Constant":
+        del piece
+        return self
+
+    def evaluate(self, t) -> PyTree:
+        del t
+        return self.value
+
+
+def stack(layers) -> PyTree:
+    """Stack a sequence of equal-structure pytrees (e.g. per-layer terms) along a new leading axis."""
+    layers = list(layers)
+    if not layers:
+        raise ValueError("stack needs at least one layer.")
+    arrays = [eqx.filter(x, eqx.is_array) for x in layers]
+    static = eqx.filter(layers[0], eqx.is_array, inverse=True)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
+    return eqx.combine(stacked, static)
+
+
+def steps_grid(num_steps: int, num_pieces: int) -> np.ndarray:
+    """Piece index of each step of a uniform grid whose steps never straddle two pieces."""
+    k = num_steps // num_pieces
+    return np.repeat(np.arange(num_pieces), k)

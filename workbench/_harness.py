@@ -1,0 +1,324 @@
+"""Run studies and write their outputs: the part of `workbench run` / `workbench tour` that does
+not parse a command line, so tests and notebooks can call it directly.
+
+A run folder holds `config.json` (written before the study starts, so even a crashed run says
+what it was), `results.json` and `report.md` (written after it returns), and the study's plots.
+See the `studies` package docstring for the protocol a study module follows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import pathlib
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any, TextIO
+
+from ._io import atomic_write_json, atomic_write_text, environment, new_run_dir
+from ._overrides import config_fields
+from ._report import code_block, demote_headings, markdown_table
+
+__all__ = [
+    "RESERVED_FIELDS",
+    "StudyError",
+    "check_study",
+    "default_config",
+    "run_study",
+    "run_tour",
+    "study_question",
+]
+
+RESERVED_FIELDS = ("smoke", "out", "help")
+"""Config field names a study may not use: the command line uses them for itself."""
+
+
+class StudyError(TypeError):
+    """A study module does not follow the protocol, or its `main` returned a bad value."""
+
+
+def check_study(module: ModuleType, name: str | None = None) -> ModuleType:
+    """Check that `module` follows the study protocol; return it unchanged.
+
+    Checks: a module docstring; `NAME` and `SUMMARY` strings (and `NAME == name` when `name` is
+    given); `Config` a frozen dataclass with no field named `smoke`, `out` or `help`, whose fields
+    all have defaults; callable `smoke_config` and `main`.
+
+    **Raises:** `StudyError` naming the module and what is missing or wrong.
+    """
+    label = f"study module {module.__name__!r}"
+    missing = object()
+
+    def need(attr: str, kind: type, what: str) -> Any:
+        value = getattr(module, attr, missing)
+        if value is missing:
+            raise StudyError(f"{label} has no {attr}; every study defines {what}.")
+        if not isinstance(value, kind):
+            raise StudyError(
+                f"{label}: {attr} must be {what}, got {type(value).__name__} {value!r}."
+            )
+        return value
+
+    if not (module.__doc__ or "").strip():
+        raise StudyError(f"{label} has no docstring; its docstring must state the question.")
+    study_name = need("NAME", str, "NAME: str, its command-line name")
+    need("SUMMARY", str, "SUMMARY: str, one line for `workbench list`")
+    if name is not None and study_name != name:
+        raise StudyError(
+            f"{label} is registered as {name!r} but its NAME is {study_name!r}; make them equal."
+        )
+    config_cls = need("Config", type, "a frozen dataclass Config")
+    params = getattr(config_cls, "__dataclass_params__", None)
+    if not dataclasses.is_dataclass(config_cls) or params is None or not params.frozen:
+        raise StudyError(
+            f"{label}: Config must be a frozen dataclass (@dataclasses.dataclass(frozen=True))."
+        )
+    fields = config_fields(config_cls)
+    clash = [f for f in fields if f in RESERVED_FIELDS]
+    if clash:
+        raise StudyError(
+            f"{label}: Config field(s) {', '.join(map(repr, clash))} clash with command-line "
+            f"options; rename them (reserved: {', '.join(RESERVED_FIELDS)})."
+        )
+    no_default = [
+        f.name
+        for f in dataclasses.fields(config_cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if no_default:
+        raise StudyError(
+            f"{label}: Config field(s) {', '.join(map(repr, no_default))} have no default; "
+            "the defaults are the full-size study."
+        )
+    need("smoke_config", Callable, "smoke_config() -> Config")
+    need("main", Callable, "main(config: Config, out: pathlib.Path) -> dict")
+    return module
+
+
+def study_question(module: ModuleType) -> str:
+    """The first paragraph of a study's docstring (its question), on one line."""
+    paragraph = (module.__doc__ or "").strip().split("\n\n", 1)[0]
+    return " ".join(paragraph.split())
+
+
+def default_config(module: ModuleType, *, smoke: bool = False) -> Any:
+    """`module.smoke_config()` if `smoke` else `module.Config()`, checked to be a `Config`."""
+    config = module.smoke_config() if smoke else module.Config()
+    if not isinstance(config, module.Config):
+        raise StudyError(
+            f"study module {module.__name__!r}: smoke_config() returned "
+            f"{type(config).__name__}, not Config."
+        )
+    return config
+
+
+def run_study(
+    module: ModuleType, config: Any, out: str | os.PathLike[str], smoke: bool = False
+) -> dict[str, Any]:
+    """Run one study and write its outputs into `out`.
+
+    Steps: check `module` (`check_study`) and that `config` is a `module.Config`; create `out`;
+    write `out/config.json` = `{"study", "smoke", "config", "environment"}`; call
+    `module.main(config, out)`; check it returned a dict with a string `"report"`; write the
+    report to `out/report.md` and the other keys to `out/results.json`. Every file is written
+    atomically. If `main` raises, the exception propagates and only `config.json` (and whatever
+    `main` wrote) is left.
+
+    Precision is not changed here: the caller (e.g. `workbench run`) chooses it.
+
+    **Arguments:**
+
+    - `module`: the study module.
+    - `config`: an instance of `module.Config`.
+    - `out`: the run folder; created if missing. Existing files of the same names are replaced.
+    - `smoke`: recorded in `config.json` (the sizes themselves come from `config`).
+
+    **Returns:** the dict `main` returned, `"report"` included.
+
+    ```python
+    import studies, workbench._harness as h
+    m = studies.get_study("exact-recovery")
+    results = h.run_study(m, m.smoke_config(), "runs/try", smoke=True)
+    ```
+    """
+    check_study(module)
+    if not isinstance(config, module.Config):
+        raise StudyError(
+            f"run_study: config must be an instance of {module.__name__}.Config, "
+            f"got {type(config).__name__}."
+        )
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        out / "config.json",
+        {
+            "study": module.NAME,
+            "smoke": bool(smoke),
+            "config": dataclasses.asdict(config),
+            "environment": environment(),
+        },
+    )
+    results = module.main(config, out)
+    if not isinstance(results, dict):
+        raise StudyError(
+            f"study {module.NAME!r}: main() must return a dict, got {type(results).__name__}."
+        )
+    if not isinstance(results.get("report"), str):
+        raise StudyError(
+            f"study {module.NAME!r}: main() must return a dict with a markdown string under "
+            f"'report'; got keys {sorted(map(str, results))}"
+            + ("" if "report" not in results else f", report of type {type(results['report'])}")
+            + "."
+        )
+    rest = {k: v for k, v in results.items() if k != "report"}
+    # results.json first: if a value cannot be encoded this raises before report.md exists, so a
+    # run folder never has a report without its numbers.
+    atomic_write_json(out / "results.json", rest)
+    report = results["report"]
+    atomic_write_text(out / "report.md", report if report.endswith("\n") else report + "\n")
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# Tour
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outcome:
+    name: str
+    summary: str
+    ok: bool
+    wall_time_s: float
+    report: str  # the study's report, or the traceback when it failed
+    error: str = ""  # one line: "ValueError: boom"
+
+
+def run_tour(
+    out: str | os.PathLike[str] | None = None,
+    *,
+    full: bool = False,
+    registry: Mapping[str, str] | None = None,
+    root: str | os.PathLike[str] = "runs",
+    stream: TextIO | None = None,
+) -> int:
+    """Run every registered study into `out/<name>/` and combine their reports.
+
+    Each study runs with `smoke_config()` (or `Config()` when `full`). A study that fails — on
+    import, protocol check, or while running — is recorded as FAILED with its traceback, and the
+    remaining studies still run. Writes `out/report.md` (summary table with the status and wall
+    time of each study, then each report under a `## <name>` heading) and `out/tour.json`
+    (status and wall time per study, and the environment).
+
+    **Arguments:**
+
+    - `out`: the tour folder; default a new `root/tour-<timestamp>` folder.
+    - `full`: run the full-size configs instead of the smoke ones.
+    - `registry`: `{name: module path}`; default `studies.STUDIES` at call time.
+    - `root`: parent of the default `out`.
+    - `stream`: where to print one progress line per study; default `sys.stderr`.
+
+    **Returns:** the exit code: 0 if every study succeeded, 1 otherwise.
+    """
+    import studies
+
+    registry = studies.STUDIES if registry is None else registry
+    stream = sys.stderr if stream is None else stream
+    out = new_run_dir(root, "tour") if out is None else pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    mode = "full" if full else "smoke"
+    outcomes = []
+    for i, name in enumerate(registry, 1):
+        print(f"[{i}/{len(registry)}] {name} ({mode}) ...", file=stream, flush=True)
+        outcome = _tour_one(name, registry, out / name, full=full)
+        status = "ok" if outcome.ok else f"FAILED: {outcome.error}"
+        print(
+            f"[{i}/{len(registry)}] {name}: {status} ({outcome.wall_time_s:.1f} s)",
+            file=stream,
+            flush=True,
+        )
+        outcomes.append(outcome)
+    atomic_write_text(out / "report.md", _tour_report(outcomes, env, full=full))
+    atomic_write_json(
+        out / "tour.json",
+        {
+            "mode": mode,
+            "studies": {
+                o.name: {"ok": o.ok, "wall_time_s": o.wall_time_s, "error": o.error or None}
+                for o in outcomes
+            },
+            "environment": env,
+        },
+    )
+    failed = [o.name for o in outcomes if not o.ok]
+    print(
+        f"tour: {len(outcomes) - len(failed)}/{len(outcomes)} studies ok"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + f"; report in {out / 'report.md'}",
+        file=stream,
+        flush=True,
+    )
+    return 1 if failed else 0
+
+
+def _tour_one(name: str, registry: Mapping[str, str], out: pathlib.Path, *, full: bool) -> _Outcome:
+    import importlib
+
+    start = time.perf_counter()
+    summary = ""
+    try:
+        module = check_study(importlib.import_module(registry[name]), name)
+        summary = module.SUMMARY
+        config = default_config(module, smoke=not full)
+        results = run_study(module, config, out, smoke=not full)
+    except Exception as e:
+        wall = time.perf_counter() - start
+        trace = traceback.format_exc()
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "traceback.txt", trace)
+        return _Outcome(name, summary, False, wall, trace, f"{type(e).__name__}: {e}")
+    return _Outcome(name, summary, True, time.perf_counter() - start, results["report"])
+
+
+def _tour_report(outcomes: list[_Outcome], env: Mapping[str, Any], *, full: bool) -> str:
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    jax_version = env["packages"].get("jax")
+    x64 = "on" if env["jax_enable_x64"] else "off"
+    commit = f"git {env['git_commit'][:12]}" if env["git_commit"] else "no git commit"
+    lines = [
+        "# Workbench tour",
+        "",
+        f"{'Full-size' if full else 'Smoke-size'} run of every registered study, {stamp}; "
+        f"jax {jax_version} on {env['jax_backend']}, float64 {x64}, {commit}.",
+        "",
+        markdown_table(
+            ["study", "status", "wall time (s)"],
+            [(o.name, "ok" if o.ok else "**FAILED**", o.wall_time_s) for o in outcomes],
+            floatfmt=".2f",
+        ),
+        "",
+    ]
+    for o in outcomes:
+        lines += [f"## {o.name}", ""]
+        if o.summary:
+            lines += [f"*{o.summary}*", ""]
+        if o.ok:
+            lines += [
+                f"Outputs in `{o.name}/`; wall time {o.wall_time_s:.2f} s.",
+                "",
+                demote_headings(o.report.strip(), 2),
+                "",
+            ]
+        else:
+            lines += [
+                f"**FAILED** after {o.wall_time_s:.2f} s: `{o.error.splitlines()[0]}`",
+                "",
+                code_block(o.report, "text"),
+                "",
+            ]
+    return "\n".join(lines)

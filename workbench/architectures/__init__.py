@@ -1,0 +1,35 @@
+"""Exact recoveries of published architectures, and loading their weights."""
+
+from ._loaders import (
+    bert_from_hf as bert_from_hf,
+    encoder_from_torch as encoder_from_torch,
+    gpt2_from_hf as gpt2_from_hf,
+)
+from ._model import (
+    BERT as BERT,
+    GPT2 as GPT2,
+    BertEmbeddings as BertEmbeddings,
+    GPT2Embeddings as GPT2Embeddings,
+    Transformer as Transformer,
+    transformer_equation as transformer_equation,
+)
+from ._direct import (
+    direct_bert as direct_bert,
+    direct_encoder as direct_encoder,
+    direct_gpt2 as direct_gpt2,
+)
+from ._paper_a import PaperAEncoder as PaperAEncoder
+from ._random import (
+    bert_config as bert_config,
+    gpt2_config as gpt2_config,
+    random_bert_state_dict as random_bert_state_dict,
+    random_encoder_state_dict as random_encoder_state_dict,
+    random_gpt2_state_dict as random_gpt2_state_dict,
+)
+from ._reference import (
+    have_reference as have_reference,
+    hf_bert as hf_bert,
+    hf_gpt2 as hf_gpt2,
+    run_reference as run_reference,
+    torch_encoder as torch_encoder,
+)

@@ -1,0 +1,104 @@
+"""Random weights in the standard state-dict layouts (numpy), for studies, tests and benchmarks."""
+
+import numpy as np
+
+
+def _w(rng, shape, fan_in, dtype):
+    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(dtype)
+
+
+def _ln(rng, d, dtype):
+    return (1.0 + 0.1 * rng.standard_normal(d)).astype(dtype), (0.1 * rng.standard_normal(d)).astype(dtype)
+
+
+def random_encoder_state_dict(
+    rng: np.random.Generator, *, d: int, num_layers: int, dim_feedforward: int,
+    final_norm: bool = False, dtype=np.float64,
+) -> dict[str, np.ndarray]:
+    """Random weights with the keys and shapes of `torch.nn.TransformerEncoder.state_dict()`."""
+    sd = {}
+    for i in range(num_layers):
+        p = f"layers.{i}."
+        sd[p + "self_attn.in_proj_weight"] = _w(rng, (3 * d, d), d, dtype)
+        sd[p + "self_attn.in_proj_bias"] = _w(rng, (3 * d,), 10, dtype)
+        sd[p + "self_attn.out_proj.weight"] = _w(rng, (d, d), d, dtype)
+        sd[p + "self_attn.out_proj.bias"] = _w(rng, (d,), 10, dtype)
+        sd[p + "linear1.weight"] = _w(rng, (dim_feedforward, d), d, dtype)
+        sd[p + "linear1.bias"] = _w(rng, (dim_feedforward,), 10, dtype)
+        sd[p + "linear2.weight"] = _w(rng, (d, dim_feedforward), dim_feedforward, dtype)
+        sd[p + "linear2.bias"] = _w(rng, (d,), 10, dtype)
+        for k in ("norm1", "norm2"):
+            sd[p + k + ".weight"], sd[p + k + ".bias"] = _ln(rng, d, dtype)
+    if final_norm:
+        sd["norm.weight"], sd["norm.bias"] = _ln(rng, d, dtype)
+    return sd
+
+
+def bert_config(*, d: int, num_heads: int, num_layers: int, intermediate: int, vocab: int = 97,
+                positions: int = 64, type_vocab: int = 2) -> dict:
+    """A `BertConfig`-style dict (the keys `bert_from_hf` reads)."""
+    return {
+        "hidden_size": d, "num_attention_heads": num_heads, "num_hidden_layers": num_layers,
+        "intermediate_size": intermediate, "vocab_size": vocab, "max_position_embeddings": positions,
+        "type_vocab_size": type_vocab, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
+        "position_embedding_type": "absolute",
+    }
+
+
+def gpt2_config(*, d: int, num_heads: int, num_layers: int, inner: int | None = None,
+                vocab: int = 97, positions: int = 64) -> dict:
+    """A `GPT2Config`-style dict (the keys `gpt2_from_hf` reads)."""
+    return {
+        "n_embd": d, "n_head": num_heads, "n_layer": num_layers, "n_inner": inner,
+        "vocab_size": vocab, "n_positions": positions, "layer_norm_epsilon": 1e-5,
+        "activation_function": "gelu_new",
+    }
+
+
+def random_bert_state_dict(rng, config: dict, dtype=np.float64) -> dict[str, np.ndarray]:
+    """Random weights with the keys and shapes of Hugging Face `BertModel.state_dict()` (no pooler)."""
+    d, m = config["hidden_size"], config["intermediate_size"]
+    sd = {
+        "embeddings.word_embeddings.weight": _w(rng, (config["vocab_size"], d), 1, dtype),
+        "embeddings.position_embeddings.weight": _w(rng, (config["max_position_embeddings"], d), 4, dtype),
+        "embeddings.token_type_embeddings.weight": _w(rng, (config["type_vocab_size"], d), 4, dtype),
+    }
+    sd["embeddings.LayerNorm.weight"], sd["embeddings.LayerNorm.bias"] = _ln(rng, d, dtype)
+    for i in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+        for k in ("query", "key", "value"):
+            sd[p + f"attention.self.{k}.weight"] = _w(rng, (d, d), d, dtype)
+            sd[p + f"attention.self.{k}.bias"] = _w(rng, (d,), 10, dtype)
+        sd[p + "attention.output.dense.weight"] = _w(rng, (d, d), d, dtype)
+        sd[p + "attention.output.dense.bias"] = _w(rng, (d,), 10, dtype)
+        sd[p + "attention.output.LayerNorm.weight"], sd[p + "attention.output.LayerNorm.bias"] = _ln(rng, d, dtype)
+        sd[p + "intermediate.dense.weight"] = _w(rng, (m, d), d, dtype)
+        sd[p + "intermediate.dense.bias"] = _w(rng, (m,), 10, dtype)
+        sd[p + "output.dense.weight"] = _w(rng, (d, m), m, dtype)
+        sd[p + "output.dense.bias"] = _w(rng, (d,), 10, dtype)
+        sd[p + "output.LayerNorm.weight"], sd[p + "output.LayerNorm.bias"] = _ln(rng, d, dtype)
+    return sd
+
+
+def random_gpt2_state_dict(rng, config: dict, dtype=np.float64) -> dict[str, np.ndarray]:
+    """Random weights with the keys and shapes of Hugging Face `GPT2Model.state_dict()` (no buffers)."""
+    d = config["n_embd"]
+    m = config.get("n_inner") or 4 * d
+    sd = {
+        "wte.weight": _w(rng, (config["vocab_size"], d), 1, dtype),
+        "wpe.weight": _w(rng, (config["n_positions"], d), 4, dtype),
+    }
+    for i in range(config["n_layer"]):
+        p = f"h.{i}."
+        sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = _ln(rng, d, dtype)
+        sd[p + "attn.c_attn.weight"] = _w(rng, (d, 3 * d), d, dtype)
+        sd[p + "attn.c_attn.bias"] = _w(rng, (3 * d,), 10, dtype)
+        sd[p + "attn.c_proj.weight"] = _w(rng, (d, d), d, dtype)
+        sd[p + "attn.c_proj.bias"] = _w(rng, (d,), 10, dtype)
+        sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = _ln(rng, d, dtype)
+        sd[p + "mlp.c_fc.weight"] = _w(rng, (d, m), d, dtype)
+        sd[p + "mlp.c_fc.bias"] = _w(rng, (m,), 10, dtype)
+        sd[p + "mlp.c_proj.weight"] = _w(rng, (m, d), m, dtype)
+        sd[p + "mlp.c_proj.bias"] = _w(rng, (d,), 10, dtype)
+    sd["ln_f.weight"], sd["ln_f.bias"] = _ln(rng, d, dtype)
+    return sd

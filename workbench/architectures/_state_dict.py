@@ -1,0 +1,94 @@
+"""Checking plain numpy state dicts against the keys and shapes an architecture expects."""
+
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+_SIGNATURES = {
+    "torch.nn.TransformerEncoder": "self_attn.in_proj_weight",
+    "Hugging Face BertModel": "attention.self.query.weight",
+    "Hugging Face GPT2Model": "attn.c_attn.weight",
+}
+
+
+def guess_architecture(keys) -> str | None:
+    """Name the architecture a state dict's keys look like, or None."""
+    for name, marker in _SIGNATURES.items():
+        if any(k.endswith(marker) for k in keys):
+            return name
+    return None
+
+
+def as_numpy_state_dict(state_dict) -> dict[str, np.ndarray]:
+    """Accept a mapping of name → array-like (numpy arrays; torch tensors are converted)."""
+    if not isinstance(state_dict, Mapping):
+        raise ValueError(
+            f"state_dict must be a mapping of parameter name -> array; got {type(state_dict).__name__}."
+        )
+    out = {}
+    for k, v in state_dict.items():
+        if hasattr(v, "detach"):  # a torch tensor; no torch import needed
+            v = v.detach().cpu().numpy()
+        out[str(k)] = np.asarray(v)
+    return out
+
+
+def count_layers(keys, pattern: str, *, architecture: str) -> int:
+    """Number of layers `L` from keys matching `pattern` (a regex with one group, the index)."""
+    idx = {int(m.group(1)) for k in keys if (m := re.match(pattern, k))}
+    if not idx:
+        guess = guess_architecture(keys)
+        hint = f" It looks like a {guess} state dict." if guess and guess != architecture else ""
+        sample = ", ".join(sorted(keys)[:5])
+        raise ValueError(
+            f"state dict has no layer keys for {architecture} (pattern {pattern!r}).{hint} "
+            f"First keys: {sample or '(empty)'}."
+        )
+    if idx != set(range(max(idx) + 1)):
+        raise ValueError(f"state dict layer indices are not contiguous: {sorted(idx)}.")
+    return max(idx) + 1
+
+
+def check_state_dict(
+    state_dict: Mapping[str, np.ndarray],
+    expected: Mapping[str, tuple[int, ...]],
+    *,
+    architecture: str,
+    ignore=(),
+) -> None:
+    """Raise one ValueError listing missing, unexpected and mis-shaped keys (none → return).
+
+    `ignore` lists regexes of keys that may be present and are not parameters (buffers such as
+    `position_ids`, a pooler the model does not use).
+    """
+    keys = set(state_dict)
+    missing = sorted(set(expected) - keys)
+    unexpected = sorted(
+        k for k in keys - set(expected) if not any(re.fullmatch(p, k) for p in ignore)
+    )
+    misshaped = sorted(
+        (k, tuple(state_dict[k].shape), tuple(shape))
+        for k, shape in expected.items()
+        if k in keys and tuple(state_dict[k].shape) != tuple(shape)
+    )
+    if not (missing or unexpected or misshaped):
+        return
+    parts = [f"state dict does not match {architecture}:"]
+    guess = guess_architecture(keys)
+    if guess is not None and guess != architecture:
+        parts.append(f"  it looks like a {guess} state dict.")
+    if missing:
+        parts.append(f"  missing keys ({len(missing)}): {_some(missing)}")
+    if unexpected:
+        parts.append(f"  unexpected keys ({len(unexpected)}): {_some(unexpected)}")
+    if misshaped:
+        rows = [f"{k}: got {got}, expected {want}" for k, got, want in misshaped]
+        parts.append(f"  mis-shaped keys ({len(rows)}): {_some(rows)}")
+        parts.append("  (check num_heads, the hidden width and the config against the weights)")
+    raise ValueError("\n".join(parts))
+
+
+def _some(items, limit=8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f", ... (+{len(items) - limit} more)" if len(items) > limit else "")

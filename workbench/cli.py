@@ -1,0 +1,269 @@
+"""The `workbench` command: list, run and tour the studies.
+
+```
+workbench list
+workbench run <study> [--smoke] [--out DIR] [--FIELD VALUE ...]
+workbench run <study> --help        # the study's question and its Config fields
+workbench tour [--out DIR] [--full]
+```
+
+`run` and `tour` turn on float64 (`jax_enable_x64`) before importing or running any study:
+studies are numerical experiments and choose precision at this edge, while the library itself
+never changes it. Mistakes on the command line (an unknown study or field, a value of the wrong
+type) are reported on stderr with exit code 2 before any compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from types import ModuleType
+
+__all__ = ["main"]
+
+_PROG = "workbench"
+_EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `workbench` command with `argv` (default `sys.argv[1:]`); return the exit code.
+
+    Exit codes: 0 success; 1 a study failed (or, for `list`, could not be loaded); 2 a usage
+    error (unknown command, study or field, or an unreadable value).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _top_parser()
+    if not argv or argv[0] not in _COMMANDS:
+        # Let argparse print the usage (or --help) and choose the exit code.
+        try:
+            parser.parse_args(argv)
+        except SystemExit as e:
+            return _exit_code(e)
+        parser.print_help(sys.stderr)
+        return _EXIT_USAGE
+    return _COMMANDS[argv[0]](argv[1:])
+
+
+# --------------------------------------------------------------------------------------------
+# list
+# --------------------------------------------------------------------------------------------
+
+
+def _cmd_list(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"{_PROG} list", description="Name the studies, one line each."
+    )
+    try:
+        parser.parse_args(argv)
+    except SystemExit as e:
+        return _exit_code(e)
+    import studies
+
+    from ._harness import check_study
+
+    lines, failed = [], False
+    for name in studies.STUDIES:
+        try:
+            summary = check_study(studies.get_study(name), name).SUMMARY
+        except Exception as e:  # one broken study must not hide the others
+            summary, failed = f"(cannot load: {type(e).__name__}: {e})", True
+        lines.append((name, summary))
+    width = max((len(n) for n, _ in lines), default=0)
+    for name, summary in lines:
+        print(f"{name.ljust(width)}  {summary}")
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------------------------
+# run
+# --------------------------------------------------------------------------------------------
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"{_PROG} run",
+        usage=f"{_PROG} run <study> [--smoke] [--out DIR] [--FIELD VALUE ...]",
+        description=(
+            "Run one study. Extra --FIELD VALUE pairs override fields of the study's Config "
+            f"(see `{_PROG} run <study> --help`)."
+        ),
+        add_help=False,
+    )
+    parser.add_argument("study", nargs="?", help="the study name (see `workbench list`)")
+    parser.add_argument("--smoke", action="store_true", help="shrunken sizes, runs in seconds")
+    parser.add_argument(
+        "--out", metavar="DIR", help="output folder (default: runs/<study>-<timestamp>)"
+    )
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    return parser
+
+
+def _split_run_args(tokens: Sequence[str]) -> tuple[list[str], list[tuple[str, str | None]]]:
+    """Separate `run`'s own arguments from `--FIELD VALUE` overrides.
+
+    Done by hand rather than with `parse_known_args` so that a value such as `-1` or `-0.5` is
+    always taken as the value of the field before it, and overrides may come before or after the
+    study name.
+    """
+    known: list[str] = []
+    overrides: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token in ("--smoke", "-h", "--help") or token.startswith("--out="):
+            known.append(token)
+            i += 1
+        elif token == "--out":
+            known.extend(tokens[i : i + 2])
+            i += 2
+        elif token.startswith("--") and len(token) > 2:
+            name, has_equals, value = token[2:].partition("=")
+            if has_equals:
+                overrides.append((name, value))
+                i += 1
+            elif i + 1 < len(tokens):
+                overrides.append((name, tokens[i + 1]))
+                i += 2
+            else:
+                overrides.append((name, None))
+                i += 1
+        else:
+            known.append(token)
+            i += 1
+    return known, overrides
+
+
+def _cmd_run(argv: list[str]) -> int:
+    parser = _run_parser()
+    known, override_pairs = _split_run_args(argv)
+    try:
+        args = parser.parse_args(known)
+    except SystemExit as e:
+        return _exit_code(e)
+    if args.study is None:
+        if args.help:
+            parser.print_help()
+            return 0
+        return _usage_error(parser, "the study name is missing; see `workbench list`.")
+
+    import studies
+
+    from ._harness import StudyError, check_study, default_config, run_study
+    from ._io import new_run_dir
+    from ._overrides import OverrideError, apply_overrides, parse_overrides
+
+    _enable_float64()  # before the study module is imported: it may build arrays at import
+    try:
+        module = studies.get_study(args.study)
+    except ValueError as e:
+        return _usage_error(parser, str(e))
+    try:
+        check_study(module, args.study)
+        base = default_config(module, smoke=args.smoke)
+    except StudyError as e:
+        return _usage_error(parser, str(e))
+    if args.help:
+        _print_study_help(module)
+        return 0
+    try:
+        overrides = parse_overrides(module.Config, override_pairs, study=args.study)
+        config = apply_overrides(base, overrides)
+    except (OverrideError, TypeError, ValueError) as e:
+        # TypeError/ValueError: a Config.__post_init__ that rejects the combination of values.
+        return _usage_error(parser, str(e))
+
+    out = pathlib.Path(args.out) if args.out else new_run_dir("runs", args.study)
+    mode = "smoke" if args.smoke else "full"
+    print(f"{args.study} ({mode}): running, outputs in {out}", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    try:
+        run_study(module, config, out, smoke=args.smoke)
+    except Exception:
+        traceback.print_exc()
+        print(
+            f"{args.study}: FAILED after {time.perf_counter() - start:.1f} s; "
+            f"partial outputs in {out}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"{args.study}: done in {time.perf_counter() - start:.1f} s; outputs in {out}:")
+    for path in sorted(p for p in out.iterdir() if not p.name.startswith(".")):
+        print(f"  {path}")
+    return 0
+
+
+def _print_study_help(module: ModuleType) -> None:
+    from ._harness import study_question
+    from ._overrides import describe_fields
+
+    print(f"usage: {_PROG} run {module.NAME} [--smoke] [--out DIR] [--FIELD VALUE ...]\n")
+    print(f"{module.NAME}: {module.SUMMARY}\n")
+    print(study_question(module) + "\n")
+    print("fields (defaults are the full-size study; --smoke starts from the smoke values):")
+    print(describe_fields(module.Config, module.smoke_config()))
+
+
+# --------------------------------------------------------------------------------------------
+# tour
+# --------------------------------------------------------------------------------------------
+
+
+def _cmd_tour(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"{_PROG} tour",
+        description=(
+            "Run every registered study (smoke sizes unless --full) into DIR/<study>/ and "
+            "write DIR/report.md combining their reports."
+        ),
+    )
+    parser.add_argument("--out", metavar="DIR", help="default: runs/tour-<timestamp>")
+    parser.add_argument("--full", action="store_true", help="full-size configs (slow)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return _exit_code(e)
+    from ._harness import run_tour
+
+    _enable_float64()
+    return run_tour(args.out, full=args.full)
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+_COMMANDS = {"list": _cmd_list, "run": _cmd_run, "tour": _cmd_tour}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="A JAX workbench for Transformers seen as differential equations.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{list,run,tour}")
+    sub.add_parser("list", help="name the studies, one line each")
+    sub.add_parser("run", help="run one study: run <study> [--smoke] [--out DIR] [--FIELD VALUE]")
+    sub.add_parser("tour", help="run every study (smoke sizes) and combine their reports")
+    return parser
+
+
+def _enable_float64() -> None:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+
+
+def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    return _EXIT_USAGE
+
+
+def _exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    return e.code if isinstance(e.code, int) else 1

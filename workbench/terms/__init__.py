@@ -1,0 +1,17 @@
+"""Terms of the Transformer equation and projections onto its constraint sets."""
+
+from ._activations import (
+    ACTIVATIONS as ACTIVATIONS,
+    activation_from_name as activation_from_name,
+    gelu as gelu,
+    gelu_tanh as gelu_tanh,
+    relu as relu,
+)
+from ._attention import MultiHeadAttention as MultiHeadAttention
+from ._base import AbstractProjection as AbstractProjection, AbstractTerm as AbstractTerm
+from ._feedforward import FeedForward as FeedForward, LinearKernel as LinearKernel
+from ._projections import (
+    LayerNormProjection as LayerNormProjection,
+    NonnegativeProjection as NonnegativeProjection,
+    SphereProjection as SphereProjection,
+)
