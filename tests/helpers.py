@@ -29,9 +29,20 @@ def max_abs(a, b) -> float:
     return float(jnp.max(jnp.abs(jnp.asarray(a) - jnp.asarray(b))))
 
 
-def small_encoder(rng, *, d=12, heads=3, layers=3, dff=20, norm_first=False, activation="relu",
-                  final_norm=False, dtype=np.float64):
-    sd = A.random_encoder_state_dict(rng, d=d, num_layers=layers, dim_feedforward=dff,
-                                     final_norm=final_norm, dtype=dtype)
+def small_encoder(
+    rng,
+    *,
+    d=12,
+    heads=3,
+    layers=3,
+    dff=20,
+    norm_first=False,
+    activation="relu",
+    final_norm=False,
+    dtype=np.float64,
+):
+    sd = A.random_encoder_state_dict(
+        rng, d=d, num_layers=layers, dim_feedforward=dff, final_norm=final_norm, dtype=dtype
+    )
     m = A.encoder_from_torch(sd, num_heads=heads, norm_first=norm_first, activation=activation)
     return sd, m

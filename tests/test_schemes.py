@@ -2,12 +2,12 @@
 
 import diffrax
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import workbench as wb
+
 from helpers import max_abs, small_encoder
 
 S = wb.schemes
@@ -34,7 +34,12 @@ def test_splitting_stages_are_consistent():
             for k, a in scheme.stages(m):
                 totals[k] += a
             np.testing.assert_allclose(totals, 1.0, atol=1e-14)
-    assert [s.order() for s in (S.LieTrotter(), S.Strang(), S.Yoshida4(), S.Suzuki4())] == [1, 2, 4, 4]
+    assert [s.order() for s in (S.LieTrotter(), S.Strang(), S.Yoshida4(), S.Suzuki4())] == [
+        1,
+        2,
+        4,
+        4,
+    ]
 
 
 def test_inner_solver_must_match_the_order():
@@ -49,8 +54,14 @@ def test_rk_orders_on_a_scalar_ode():
     # y' = -2ty + cos t, observed order of each tableau in float64.
     f = lambda t, y: -2 * t * y + jnp.cos(t)
     exact = diffrax.diffeqsolve(
-        diffrax.ODETerm(lambda t, y, a: f(t, y)), diffrax.Dopri8(), 0.0, 1.0, 0.01, jnp.array(0.3),
-        stepsize_controller=diffrax.PIDController(rtol=1e-14, atol=1e-14), max_steps=100_000,
+        diffrax.ODETerm(lambda t, y, a: f(t, y)),
+        diffrax.Dopri8(),
+        0.0,
+        1.0,
+        0.01,
+        jnp.array(0.3),
+        stepsize_controller=diffrax.PIDController(rtol=1e-14, atol=1e-14),
+        max_steps=100_000,
     ).ys[-1]
     for method in (S.Euler(), S.Midpoint(), S.Heun(), S.RK4()):
         errs, hs = [], []
@@ -66,8 +77,9 @@ def test_rk_orders_on_a_scalar_ode():
 
 
 def _pre_norm_model(rng):
-    _, m = small_encoder(rng, d=8, heads=2, layers=2, dff=16, norm_first=True, activation="gelu",
-                         final_norm=True)
+    _, m = small_encoder(
+        rng, d=8, heads=2, layers=2, dff=16, norm_first=True, activation="gelu", final_norm=True
+    )
     return m
 
 
@@ -77,8 +89,14 @@ def _reference_solve(equation, u0):
     u = u0
     for layer in range(equation.num_pieces):
         sol = diffrax.diffeqsolve(
-            term, diffrax.Dopri8(), float(layer), float(layer + 1), 0.05, u,
-            stepsize_controller=diffrax.PIDController(rtol=1e-14, atol=1e-14), max_steps=100_000,
+            term,
+            diffrax.Dopri8(),
+            float(layer),
+            float(layer + 1),
+            0.05,
+            u,
+            stepsize_controller=diffrax.PIDController(rtol=1e-14, atol=1e-14),
+            max_steps=100_000,
         )
         u = sol.ys[-1]
     return u
@@ -131,9 +149,16 @@ def test_splitting_order_with_interpolated_controls(rng):
     term = diffrax.ODETerm(lambda t, u, args: eq.vector_field(t, u))
     u = u0
     for a, b in ((0.0, 0.5), (0.5, 1.5), (1.5, 2.0)):
-        u = diffrax.diffeqsolve(term, diffrax.Dopri8(), a, b, 0.05, u,
-                                stepsize_controller=diffrax.PIDController(rtol=1e-14, atol=1e-14),
-                                max_steps=100_000).ys[-1]
+        u = diffrax.diffeqsolve(
+            term,
+            diffrax.Dopri8(),
+            a,
+            b,
+            0.05,
+            u,
+            stepsize_controller=diffrax.PIDController(rtol=1e-14, atol=1e-14),
+            max_steps=100_000,
+        ).ys[-1]
     # (Only schemes whose clock stays inside each step: Yoshida's and Suzuki's substeps overshoot
     # the step and cross the kinks of a piecewise-linear θ, which costs them their order.)
     for scheme, ks in ((S.LieTrotter(), (4, 8, 16, 32)), (S.Strang(), (4, 8, 16, 32))):
@@ -151,7 +176,9 @@ def test_rediscretize_lie_one_step_is_bit_for_bit(rng):
             scheme=S.LieTrotter(), steps_per_layer=1
         )
         np.testing.assert_array_equal(np.asarray(again(u)), np.asarray(y))
-        direct = wb.architectures.direct_encoder(sd, np.asarray(u), num_heads=3, norm_first=norm_first)
+        direct = wb.architectures.direct_encoder(
+            sd, np.asarray(u), num_heads=3, norm_first=norm_first
+        )
         np.testing.assert_allclose(y, direct, atol=1e-12)
 
 

@@ -23,8 +23,13 @@ def _brute_force_s1(v, sigma1, sigma2, starts=20, seed=0):
     for _ in range(starts):
         w0 = rng.normal(size=d)
         w0 = sigma2 * (w0 - w0.mean()) / w0.std() + sigma1
-        r = scipy.optimize.minimize(lambda w: ((w - v) ** 2).sum(), w0, constraints=cons,
-                                    method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
+        r = scipy.optimize.minimize(
+            lambda w: ((w - v) ** 2).sum(),
+            w0,
+            constraints=cons,
+            method="SLSQP",
+            options={"ftol": 1e-14, "maxiter": 500},
+        )
         if r.success and (best is None or r.fun < best.fun):
             best = r
     return best
@@ -44,7 +49,9 @@ def test_layer_norm_projection_is_the_argmin(d, rng):
         assert ((w - v[0]) ** 2).sum() <= best.fun + 1e-8
         np.testing.assert_allclose(w, best.x, atol=1e-5)
         # Closed-form squared distance d[(σ2 − s)² + (σ1 − m)²].
-        np.testing.assert_allclose(P.squared_distance_s1(jnp.asarray(v))[0], ((w - v[0]) ** 2).sum(), rtol=1e-12)
+        np.testing.assert_allclose(
+            P.squared_distance_s1(jnp.asarray(v))[0], ((w - v[0]) ** 2).sum(), rtol=1e-12
+        )
 
 
 def test_layer_norm_projection_properties(rng):
@@ -63,8 +70,13 @@ def test_layer_norm_projection_properties(rng):
 
 def test_relu_projection_is_the_argmin(rng):
     v = rng.normal(size=6)
-    r = scipy.optimize.minimize(lambda w: ((w - v) ** 2).sum(), np.abs(v), bounds=[(0, None)] * 6,
-                                method="L-BFGS-B", options={"ftol": 1e-15, "gtol": 1e-12})
+    r = scipy.optimize.minimize(
+        lambda w: ((w - v) ** 2).sum(),
+        np.abs(v),
+        bounds=[(0, None)] * 6,
+        method="L-BFGS-B",
+        options={"ftol": 1e-15, "gtol": 1e-12},
+    )
     w = np.asarray(T.NonnegativeProjection()(jnp.asarray(v[None])))[0]
     np.testing.assert_allclose(w, r.x, atol=1e-7)
     np.testing.assert_array_equal(w, np.asarray(T.relu(jnp.asarray(v))))
@@ -111,8 +123,9 @@ def test_nonnegative_tangent_cone():
 
 def _attention(rng, d=8, heads=2, causal=False):
     w = lambda *s: jnp.asarray(rng.normal(size=s) / np.sqrt(s[0]))
-    return T.MultiHeadAttention(w(d, d), w(d, d), w(d, d), w(d, d), w(d), w(d), w(d), w(d),
-                                num_heads=heads, causal=causal)
+    return T.MultiHeadAttention(
+        w(d, d), w(d, d), w(d, d), w(d, d), w(d), w(d), w(d), w(d), num_heads=heads, causal=causal
+    )
 
 
 def test_attention_matches_per_head_formula(rng):
@@ -149,8 +162,13 @@ def test_feedforward_and_linear_kernel_substeps(rng):
     w2, b2 = rng.normal(size=(m, d)), rng.normal(size=d)
     u = rng.normal(size=(3, d))
     for name, f in (("relu", lambda x: np.maximum(x, 0)), ("gelu_tanh", None), ("gelu", None)):
-        ffn = T.FeedForward(jnp.asarray(w1), jnp.asarray(b1), jnp.asarray(w2), jnp.asarray(b2),
-                            activation=T.activation_from_name(name))
+        ffn = T.FeedForward(
+            jnp.asarray(w1),
+            jnp.asarray(b1),
+            jnp.asarray(w2),
+            jnp.asarray(b2),
+            activation=T.activation_from_name(name),
+        )
         h = u @ w1 + b1
         if name == "gelu":
             from scipy.special import erf
@@ -161,10 +179,14 @@ def test_feedforward_and_linear_kernel_substeps(rng):
         else:
             a = f(h)
         np.testing.assert_allclose(ffn.vector_field(jnp.asarray(u)), a @ w2 + b2, atol=1e-12)
-        np.testing.assert_allclose(ffn.substep(jnp.asarray(u), 0.25), u + 0.25 * (a @ w2 + b2), atol=1e-12)
+        np.testing.assert_allclose(
+            ffn.substep(jnp.asarray(u), 0.25), u + 0.25 * (a @ w2 + b2), atol=1e-12
+        )
     W, b = rng.normal(size=(d, d)), rng.normal(size=d)
     lin = T.LinearKernel(jnp.asarray(W), jnp.asarray(b))
-    np.testing.assert_allclose(lin.substep(jnp.asarray(u), 1.0), u @ (np.eye(d) + W) + b, atol=1e-12)
+    np.testing.assert_allclose(
+        lin.substep(jnp.asarray(u), 1.0), u @ (np.eye(d) + W) + b, atol=1e-12
+    )
 
 
 def test_bad_construction_errors(rng):

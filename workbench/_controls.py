@@ -124,9 +124,11 @@ class Interpolated(AbstractControl):
         w = s - i
         lo, hi = self.piece(i), self.piece(jnp.minimum(i + 1, n - 1))
         return jax.tree.map(
-            lambda a, b: (1 - w).astype(a.dtype) * a + w.astype(a.dtype) * b
-            if eqx.is_inexact_array(a)
-            else a,
+            lambda a, b: (
+                (1 - w).astype(a.dtype) * a + w.astype(a.dtype) * b
+                if eqx.is_inexact_array(a)
+                else a
+            ),
             lo,
             hi,
         )

@@ -122,8 +122,15 @@ class Equation(eqx.Module):
         return Equation(ops, self.placement, self.output)
 
     def subflow(
-        self, k: int, rk: AbstractExplicitRK, t, u: Tokens, h, mask: KeyMask | None,
-        *, clock_moves: bool = True,
+        self,
+        k: int,
+        rk: AbstractExplicitRK,
+        t,
+        u: Tokens,
+        h,
+        mask: KeyMask | None,
+        *,
+        clock_moves: bool = True,
     ):
         """Advance `u` over `[t, t + h]` along operator `k` alone, with one step of `rk`.
 
@@ -136,7 +143,10 @@ class Equation(eqx.Module):
             term_at = op.term.evaluate
             proj_at = None if op.projection is None else op.projection.evaluate
         else:
-            term, proj = op.term.evaluate(t), None if op.projection is None else op.projection.evaluate(t)
+            term, proj = (
+                op.term.evaluate(t),
+                None if op.projection is None else op.projection.evaluate(t),
+            )
             term_at = lambda s: term
             proj_at = None if proj is None else (lambda s: proj)
         return self.placement.subflow(rk, term_at, proj_at, t, u, h, mask)

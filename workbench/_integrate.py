@@ -36,7 +36,9 @@ class Solution(eqx.Module):
 
 def _check_num_steps(equation: Equation, num_steps) -> int:
     if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-        raise ValueError(f"num_steps={num_steps!r} must be a positive integer (the step is T/num_steps).")
+        raise ValueError(
+            f"num_steps={num_steps!r} must be a positive integer (the step is T/num_steps)."
+        )
     num_steps = int(num_steps)
     pieces = equation.num_pieces
     if equation.is_piecewise_constant and num_steps % pieces != 0:

@@ -1,5 +1,10 @@
 """Exact recoveries of published architectures, and loading their weights."""
 
+from ._direct import (
+    direct_bert as direct_bert,
+    direct_encoder as direct_encoder,
+    direct_gpt2 as direct_gpt2,
+)
 from ._loaders import (
     bert_from_hf as bert_from_hf,
     encoder_from_torch as encoder_from_torch,
@@ -12,11 +17,6 @@ from ._model import (
     GPT2Embeddings as GPT2Embeddings,
     Transformer as Transformer,
     transformer_equation as transformer_equation,
-)
-from ._direct import (
-    direct_bert as direct_bert,
-    direct_encoder as direct_encoder,
-    direct_gpt2 as direct_gpt2,
 )
 from ._paper_a import PaperAEncoder as PaperAEncoder
 from ._random import (

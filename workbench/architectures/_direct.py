@@ -52,8 +52,16 @@ def _mha(x, wq, bq, wk, bk, wv, bv, wo, bo, heads, causal=False, key_mask=None, 
     return out @ wo + bo
 
 
-def direct_encoder(state_dict, u, *, num_heads, norm_first=False, activation="relu",
-                   layer_norm_eps=1e-5, key_mask=None):
+def direct_encoder(
+    state_dict,
+    u,
+    *,
+    num_heads,
+    norm_first=False,
+    activation="relu",
+    layer_norm_eps=1e-5,
+    key_mask=None,
+):
     """`torch.nn.TransformerEncoder` forward on one sequence `u (n, d)`, layer by layer."""
     sd = {k: np.asarray(v) for k, v in state_dict.items()}
     x = np.asarray(u, sd["layers.0.linear1.weight"].dtype)
@@ -64,11 +72,22 @@ def direct_encoder(state_dict, u, *, num_heads, norm_first=False, activation="re
         g = lambda k: sd[f"layers.{i}.{k}"]
         w, b = g("self_attn.in_proj_weight"), g("self_attn.in_proj_bias")
         attn = lambda y: _mha(
-            y, w[:d].T, b[:d], w[d : 2 * d].T, b[d : 2 * d], w[2 * d :].T, b[2 * d :],
-            g("self_attn.out_proj.weight").T, g("self_attn.out_proj.bias"), num_heads,
+            y,
+            w[:d].T,
+            b[:d],
+            w[d : 2 * d].T,
+            b[d : 2 * d],
+            w[2 * d :].T,
+            b[2 * d :],
+            g("self_attn.out_proj.weight").T,
+            g("self_attn.out_proj.bias"),
+            num_heads,
             key_mask=key_mask,
         )
-        ffn = lambda y: act(y @ g("linear1.weight").T + g("linear1.bias")) @ g("linear2.weight").T + g("linear2.bias")
+        ffn = lambda y: (
+            act(y @ g("linear1.weight").T + g("linear1.bias")) @ g("linear2.weight").T
+            + g("linear2.bias")
+        )
         n1 = lambda y: _layer_norm(y, g("norm1.weight"), g("norm1.bias"), layer_norm_eps)
         n2 = lambda y: _layer_norm(y, g("norm2.weight"), g("norm2.bias"), layer_norm_eps)
         if norm_first:
@@ -92,16 +111,28 @@ def direct_bert(state_dict, config, input_ids, token_type_ids=None, attention_ma
     tt = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids)
     e = lambda k: sd[f"embeddings.{k}"]
     x = e("word_embeddings.weight")[ids] + e("position_embeddings.weight")[: len(ids)]
-    x = _layer_norm(x + e("token_type_embeddings.weight")[tt], e("LayerNorm.weight"), e("LayerNorm.bias"), eps)
+    x = _layer_norm(
+        x + e("token_type_embeddings.weight")[tt], e("LayerNorm.weight"), e("LayerNorm.bias"), eps
+    )
     for i in range(cfg["num_hidden_layers"]):
         g = lambda k: sd[f"encoder.layer.{i}.{k}"]
         s = lambda p, w: g(f"attention.self.{p}.{w}")
         a = _mha(
-            x, s("query", "weight").T, s("query", "bias"), s("key", "weight").T, s("key", "bias"),
-            s("value", "weight").T, s("value", "bias"), g("attention.output.dense.weight").T,
-            g("attention.output.dense.bias"), H, key_mask=attention_mask,
+            x,
+            s("query", "weight").T,
+            s("query", "bias"),
+            s("key", "weight").T,
+            s("key", "bias"),
+            s("value", "weight").T,
+            s("value", "bias"),
+            g("attention.output.dense.weight").T,
+            g("attention.output.dense.bias"),
+            H,
+            key_mask=attention_mask,
         )
-        x = _layer_norm(x + a, g("attention.output.LayerNorm.weight"), g("attention.output.LayerNorm.bias"), eps)
+        x = _layer_norm(
+            x + a, g("attention.output.LayerNorm.weight"), g("attention.output.LayerNorm.bias"), eps
+        )
         f = act(x @ g("intermediate.dense.weight").T + g("intermediate.dense.bias"))
         f = f @ g("output.dense.weight").T + g("output.dense.bias")
         x = _layer_norm(x + f, g("output.LayerNorm.weight"), g("output.LayerNorm.bias"), eps)
@@ -121,9 +152,22 @@ def direct_gpt2(state_dict, config, input_ids):
         w, b = g("attn.c_attn.weight"), g("attn.c_attn.bias")
         y = _layer_norm(x, g("ln_1.weight"), g("ln_1.bias"), eps)
         x = x + _mha(
-            y, w[:, :d], b[:d], w[:, d : 2 * d], b[d : 2 * d], w[:, 2 * d :], b[2 * d :],
-            g("attn.c_proj.weight"), g("attn.c_proj.bias"), H, causal=True,
+            y,
+            w[:, :d],
+            b[:d],
+            w[:, d : 2 * d],
+            b[d : 2 * d],
+            w[:, 2 * d :],
+            b[2 * d :],
+            g("attn.c_proj.weight"),
+            g("attn.c_proj.bias"),
+            H,
+            causal=True,
         )
         y = _layer_norm(x, g("ln_2.weight"), g("ln_2.bias"), eps)
-        x = x + act(y @ g("mlp.c_fc.weight") + g("mlp.c_fc.bias")) @ g("mlp.c_proj.weight") + g("mlp.c_proj.bias")
+        x = (
+            x
+            + act(y @ g("mlp.c_fc.weight") + g("mlp.c_fc.bias")) @ g("mlp.c_proj.weight")
+            + g("mlp.c_proj.bias")
+        )
     return _layer_norm(x, sd["ln_f.weight"], sd["ln_f.bias"], eps)

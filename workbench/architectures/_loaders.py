@@ -36,7 +36,9 @@ def _positive_int(value, name: str) -> int:
 def _heads_divide(d: int, num_heads: int, name: str = "num_heads") -> None:
     if d % num_heads != 0:
         divisors = [k for k in range(1, d + 1) if d % k == 0]
-        raise ValueError(f"{name}={num_heads} does not divide the model width d={d}; valid: {divisors}.")
+        raise ValueError(
+            f"{name}={num_heads} does not divide the model width d={d}; valid: {divisors}."
+        )
 
 
 def _eps(value, name: str) -> float:
@@ -183,14 +185,19 @@ def bert_from_hf(state_dict: Mapping, config, *, dtype=None) -> BERT:
     act = activation_from_name(cfg.get("hidden_act", "gelu"), field="hidden_act")
     pos_type = cfg.get("position_embedding_type", "absolute") or "absolute"
     if pos_type != "absolute":
-        raise ValueError(f"position_embedding_type={pos_type!r} is not supported; valid: 'absolute'.")
+        raise ValueError(
+            f"position_embedding_type={pos_type!r} is not supported; valid: 'absolute'."
+        )
     V = _positive_int(_require(cfg, "vocab_size", arch), "vocab_size")
     P = _positive_int(cfg.get("max_position_embeddings", 512), "max_position_embeddings")
     T = _positive_int(cfg.get("type_vocab_size", 2), "type_vocab_size")
     count_layers(sd, r"encoder\.layer\.(\d+)\.", architecture=arch)
     per_layer = {
-        **{f"attention.self.{p}.{w}": (d, d) if w == "weight" else (d,)
-           for p in ("query", "key", "value") for w in ("weight", "bias")},
+        **{
+            f"attention.self.{p}.{w}": (d, d) if w == "weight" else (d,)
+            for p in ("query", "key", "value")
+            for w in ("weight", "bias")
+        },
         "attention.output.dense.weight": (d, d),
         "attention.output.dense.bias": (d,),
         "attention.output.LayerNorm.weight": (d,),
@@ -212,7 +219,11 @@ def bert_from_hf(state_dict: Mapping, config, *, dtype=None) -> BERT:
             "embeddings.LayerNorm.bias": (d,),
         }
     )
-    ignore = (r"embeddings\.position_ids", r"embeddings\.token_type_ids", r"pooler\.dense\.(weight|bias)")
+    ignore = (
+        r"embeddings\.position_ids",
+        r"embeddings\.token_type_ids",
+        r"pooler\.dense\.(weight|bias)",
+    )
     check_state_dict(sd, expected, architecture=arch, ignore=ignore)
 
     def layer(i):
@@ -278,7 +289,9 @@ def gpt2_from_hf(state_dict: Mapping, config, *, dtype=None) -> GPT2:
     V = _positive_int(_require(cfg, "vocab_size", arch), "vocab_size")
     P = _positive_int(cfg.get("n_positions", 1024), "n_positions")
     eps = _eps(cfg.get("layer_norm_epsilon", 1e-5), "layer_norm_epsilon")
-    act = activation_from_name(cfg.get("activation_function", "gelu_new"), field="activation_function")
+    act = activation_from_name(
+        cfg.get("activation_function", "gelu_new"), field="activation_function"
+    )
     if cfg.get("scale_attn_by_inverse_layer_idx", False):
         raise ValueError("scale_attn_by_inverse_layer_idx=True is not supported; valid: False.")
     scale = None if cfg.get("scale_attn_weights", True) else 1.0
@@ -323,11 +336,15 @@ def gpt2_from_hf(state_dict: Mapping, config, *, dtype=None) -> GPT2:
             _array(g("mlp.c_proj.bias"), dtype),
             activation=act,
         )
-        ln = lambda p: LayerNormProjection(_array(g(f"{p}.weight"), dtype), _array(g(f"{p}.bias"), dtype), eps)
+        ln = lambda p: LayerNormProjection(
+            _array(g(f"{p}.weight"), dtype), _array(g(f"{p}.bias"), dtype), eps
+        )
         return attn, ln("ln_1"), ffn, ln("ln_2")
 
     layers = [layer(i) for i in range(L)]
-    output = LayerNormProjection(_array(sd["ln_f.weight"], dtype), _array(sd["ln_f.bias"], dtype), eps)
+    output = LayerNormProjection(
+        _array(sd["ln_f.weight"], dtype), _array(sd["ln_f.bias"], dtype), eps
+    )
     equation = transformer_equation(
         stack(x[0] for x in layers),
         stack(x[1] for x in layers),

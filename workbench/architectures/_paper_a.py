@@ -43,31 +43,45 @@ class PaperAEncoder(eqx.Module):
         return self.attention.query.shape[-2]
 
     @classmethod
-    def random(cls, rng: np.random.Generator, *, d: int, num_heads: int, num_layers: int,
-               num_linear: int = 2, eps: float = 0.0, dtype=np.float64) -> "PaperAEncoder":
+    def random(
+        cls,
+        rng: np.random.Generator,
+        *,
+        d: int,
+        num_heads: int,
+        num_layers: int,
+        num_linear: int = 2,
+        eps: float = 0.0,
+        dtype=np.float64,
+    ) -> "PaperAEncoder":
         """Random controls (numpy generator), exact projections when `eps = 0`."""
-        w = lambda *s: jnp.asarray(rng.standard_normal(s) / np.sqrt(s[-2] if len(s) > 1 else 10), dtype)
+        w = lambda *s: jnp.asarray(
+            rng.standard_normal(s) / np.sqrt(s[-2] if len(s) > 1 else 10), dtype
+        )
         layers = []
         for _ in range(num_layers):
-            attn = MultiHeadAttention(w(d, d), w(d, d), w(d, d), w(d, d), w(d), w(d), w(d), w(d),
-                                      num_heads=num_heads)
+            attn = MultiHeadAttention(
+                w(d, d), w(d, d), w(d, d), w(d, d), w(d), w(d), w(d), w(d), num_heads=num_heads
+            )
             kern = LinearKernel(w(num_linear, d, d), w(num_linear, d))
             ln = lambda: LayerNormProjection(
                 jnp.asarray(1 + 0.1 * rng.standard_normal(d), dtype),
-                jnp.asarray(0.1 * rng.standard_normal(d), dtype), eps)
+                jnp.asarray(0.1 * rng.standard_normal(d), dtype),
+                eps,
+            )
             layers.append((attn, kern, ln(), ln()))
         return cls(*(stack(x[i] for x in layers) for i in range(4)))
 
     def layer(self, u: Tokens, attention, kernels, norm1, norm2) -> Tokens:
         """One layer of the literal scheme (the substeps of `PaperALiteral.substeps()`)."""
-        z = norm1(attention.substep(u, 1.0))                       # Euler(attention), P_S1
+        z = norm1(attention.substep(u, 1.0))  # Euler(attention), P_S1
         w = z
         J = kernels.weight.shape[0]
-        for j in range(J):                                         # J linear Euler substeps
+        for j in range(J):  # J linear Euler substeps
             w = LinearKernel(kernels.weight[j], kernels.bias[j]).substep(w, 1.0)
             if j < J - 1:
-                w = NonnegativeProjection()(w)                     # P_S2 (ReLU)
-        return norm2(0.5 * (z + w))                                # average, P_S1
+                w = NonnegativeProjection()(w)  # P_S2 (ReLU)
+        return norm2(0.5 * (z + w))  # average, P_S1
 
     def __call__(self, u: Tokens) -> Tokens:
         check_tokens(u, "u", self.d)
@@ -85,8 +99,12 @@ class PaperAEncoder(eqx.Module):
         """
         J = self.kernels.weight.shape[1]
         if J != 2:
-            raise ValueError(f"post_ln_equivalent needs J = 2 linear kernels; this model has J = {J}.")
+            raise ValueError(
+                f"post_ln_equivalent needs J = 2 linear kernels; this model has J = {J}."
+            )
         eye = jnp.eye(self.d, dtype=self.kernels.weight.dtype)
         W, b = self.kernels.weight + eye, self.kernels.bias
         ffn = FeedForward(W[:, 0], b[:, 0], W[:, 1], b[:, 1], activation=relu)
-        return Transformer(transformer_equation(self.attention, self.norm1, ffn, self.norm2, PostNorm()))
+        return Transformer(
+            transformer_equation(self.attention, self.norm1, ffn, self.norm2, PostNorm())
+        )

@@ -8,12 +8,19 @@ def _w(rng, shape, fan_in, dtype):
 
 
 def _ln(rng, d, dtype):
-    return (1.0 + 0.1 * rng.standard_normal(d)).astype(dtype), (0.1 * rng.standard_normal(d)).astype(dtype)
+    return (1.0 + 0.1 * rng.standard_normal(d)).astype(dtype), (
+        0.1 * rng.standard_normal(d)
+    ).astype(dtype)
 
 
 def random_encoder_state_dict(
-    rng: np.random.Generator, *, d: int, num_layers: int, dim_feedforward: int,
-    final_norm: bool = False, dtype=np.float64,
+    rng: np.random.Generator,
+    *,
+    d: int,
+    num_layers: int,
+    dim_feedforward: int,
+    final_norm: bool = False,
+    dtype=np.float64,
 ) -> dict[str, np.ndarray]:
     """Random weights with the keys and shapes of `torch.nn.TransformerEncoder.state_dict()`."""
     sd = {}
@@ -34,23 +41,49 @@ def random_encoder_state_dict(
     return sd
 
 
-def bert_config(*, d: int, num_heads: int, num_layers: int, intermediate: int, vocab: int = 97,
-                positions: int = 64, type_vocab: int = 2) -> dict:
+def bert_config(
+    *,
+    d: int,
+    num_heads: int,
+    num_layers: int,
+    intermediate: int,
+    vocab: int = 97,
+    positions: int = 64,
+    type_vocab: int = 2,
+) -> dict:
     """A `BertConfig`-style dict (the keys `bert_from_hf` reads)."""
     return {
-        "hidden_size": d, "num_attention_heads": num_heads, "num_hidden_layers": num_layers,
-        "intermediate_size": intermediate, "vocab_size": vocab, "max_position_embeddings": positions,
-        "type_vocab_size": type_vocab, "layer_norm_eps": 1e-12, "hidden_act": "gelu",
+        "hidden_size": d,
+        "num_attention_heads": num_heads,
+        "num_hidden_layers": num_layers,
+        "intermediate_size": intermediate,
+        "vocab_size": vocab,
+        "max_position_embeddings": positions,
+        "type_vocab_size": type_vocab,
+        "layer_norm_eps": 1e-12,
+        "hidden_act": "gelu",
         "position_embedding_type": "absolute",
     }
 
 
-def gpt2_config(*, d: int, num_heads: int, num_layers: int, inner: int | None = None,
-                vocab: int = 97, positions: int = 64) -> dict:
+def gpt2_config(
+    *,
+    d: int,
+    num_heads: int,
+    num_layers: int,
+    inner: int | None = None,
+    vocab: int = 97,
+    positions: int = 64,
+) -> dict:
     """A `GPT2Config`-style dict (the keys `gpt2_from_hf` reads)."""
     return {
-        "n_embd": d, "n_head": num_heads, "n_layer": num_layers, "n_inner": inner,
-        "vocab_size": vocab, "n_positions": positions, "layer_norm_epsilon": 1e-5,
+        "n_embd": d,
+        "n_head": num_heads,
+        "n_layer": num_layers,
+        "n_inner": inner,
+        "vocab_size": vocab,
+        "n_positions": positions,
+        "layer_norm_epsilon": 1e-5,
         "activation_function": "gelu_new",
     }
 
@@ -60,8 +93,12 @@ def random_bert_state_dict(rng, config: dict, dtype=np.float64) -> dict[str, np.
     d, m = config["hidden_size"], config["intermediate_size"]
     sd = {
         "embeddings.word_embeddings.weight": _w(rng, (config["vocab_size"], d), 1, dtype),
-        "embeddings.position_embeddings.weight": _w(rng, (config["max_position_embeddings"], d), 4, dtype),
-        "embeddings.token_type_embeddings.weight": _w(rng, (config["type_vocab_size"], d), 4, dtype),
+        "embeddings.position_embeddings.weight": _w(
+            rng, (config["max_position_embeddings"], d), 4, dtype
+        ),
+        "embeddings.token_type_embeddings.weight": _w(
+            rng, (config["type_vocab_size"], d), 4, dtype
+        ),
     }
     sd["embeddings.LayerNorm.weight"], sd["embeddings.LayerNorm.bias"] = _ln(rng, d, dtype)
     for i in range(config["num_hidden_layers"]):
@@ -71,7 +108,9 @@ def random_bert_state_dict(rng, config: dict, dtype=np.float64) -> dict[str, np.
             sd[p + f"attention.self.{k}.bias"] = _w(rng, (d,), 10, dtype)
         sd[p + "attention.output.dense.weight"] = _w(rng, (d, d), d, dtype)
         sd[p + "attention.output.dense.bias"] = _w(rng, (d,), 10, dtype)
-        sd[p + "attention.output.LayerNorm.weight"], sd[p + "attention.output.LayerNorm.bias"] = _ln(rng, d, dtype)
+        sd[p + "attention.output.LayerNorm.weight"], sd[p + "attention.output.LayerNorm.bias"] = (
+            _ln(rng, d, dtype)
+        )
         sd[p + "intermediate.dense.weight"] = _w(rng, (m, d), d, dtype)
         sd[p + "intermediate.dense.bias"] = _w(rng, (m,), 10, dtype)
         sd[p + "output.dense.weight"] = _w(rng, (d, m), m, dtype)

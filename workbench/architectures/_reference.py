@@ -27,7 +27,9 @@ def _torch():
 
 
 def _dtype(torch, dtype):
-    return {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}[np.dtype(dtype)]
+    return {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}[
+        np.dtype(dtype)
+    ]
 
 
 def _load(model, state_dict, dtype):
@@ -35,22 +37,39 @@ def _load(model, state_dict, dtype):
     model = model.to(_dtype(torch, dtype)).eval()
     tensors = {k: torch.tensor(np.asarray(v, dtype)) for k, v in state_dict.items()}
     missing, unexpected = model.load_state_dict(tensors, strict=False)
-    missing = [k for k in missing if not k.endswith(("position_ids", "token_type_ids", "attn.bias", "masked_bias"))]
+    missing = [
+        k
+        for k in missing
+        if not k.endswith(("position_ids", "token_type_ids", "attn.bias", "masked_bias"))
+    ]
     if missing or unexpected:
         raise ValueError(f"reference model keys: missing {missing}, unexpected {unexpected}")
     return model
 
 
-def torch_encoder(state_dict, *, num_heads, norm_first=False, activation="relu", layer_norm_eps=1e-5,
-                  dtype=np.float64):
+def torch_encoder(
+    state_dict,
+    *,
+    num_heads,
+    norm_first=False,
+    activation="relu",
+    layer_norm_eps=1e-5,
+    dtype=np.float64,
+):
     """A `torch.nn.TransformerEncoder` (eval mode, batch_first) holding the given weights."""
     torch = _torch()
     d = state_dict["layers.0.self_attn.in_proj_weight"].shape[1]
     dff = state_dict["layers.0.linear1.weight"].shape[0]
     L = 1 + max(int(k.split(".")[1]) for k in state_dict if k.startswith("layers."))
     layer = torch.nn.TransformerEncoderLayer(
-        d, num_heads, dff, dropout=0.0, activation=activation, layer_norm_eps=layer_norm_eps,
-        batch_first=True, norm_first=norm_first,
+        d,
+        num_heads,
+        dff,
+        dropout=0.0,
+        activation=activation,
+        layer_norm_eps=layer_norm_eps,
+        batch_first=True,
+        norm_first=norm_first,
     )
     norm = torch.nn.LayerNorm(d, eps=layer_norm_eps) if "norm.weight" in state_dict else None
     enc = torch.nn.TransformerEncoder(layer, L, norm=norm, enable_nested_tensor=False)

@@ -24,7 +24,9 @@ class PaperALiteral(eqx.Module):
 
     def __check_init__(self):
         if not isinstance(self.num_linear, int) or self.num_linear < 1:
-            raise ValueError(f"PaperALiteral.num_linear={self.num_linear!r} must be an integer >= 1.")
+            raise ValueError(
+                f"PaperALiteral.num_linear={self.num_linear!r} must be an integer >= 1."
+            )
 
     def substeps(self) -> tuple[str, ...]:
         """The M = 4 + J substeps of one layer, by name."""

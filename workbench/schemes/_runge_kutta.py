@@ -1,8 +1,6 @@
 """Explicit Runge–Kutta methods as validated Butcher tableaus, used to solve sub-flows."""
 
-import abc
 import dataclasses
-import itertools
 from typing import ClassVar
 
 import equinox as eqx
@@ -38,9 +36,13 @@ class ButcherTableau:
             raise ValueError("tableau: an explicit method needs a strictly lower-triangular A.")
         conditions = _order_conditions(a, b)
         for p in range(1, min(self.order, 4) + 1):
-            bad = [name for name, got, want in conditions[p] if not np.isclose(got, want, atol=1e-13)]
+            bad = [
+                name for name, got, want in conditions[p] if not np.isclose(got, want, atol=1e-13)
+            ]
             if bad:
-                raise ValueError(f"tableau declared order {self.order} fails order-{p} condition(s) {bad}.")
+                raise ValueError(
+                    f"tableau declared order {self.order} fails order-{p} condition(s) {bad}."
+                )
         if self.order < 4:
             p = self.order + 1
             if all(np.isclose(got, want, atol=1e-13) for _, got, want in conditions[p]):
@@ -94,13 +96,14 @@ class AbstractExplicitRK(eqx.Module):
         import jax
 
         tab = self.tableau
-        a, b, c = tab.a_matrix, tab.b, tab.c
+        # Python floats, not numpy scalars: weak types keep a float32 state in float32.
+        a, b, c = tab.a_matrix.tolist(), [float(x) for x in tab.b], tab.c.tolist()
         ks = []
         for i in range(tab.num_stages):
             yi = y
             for j in range(i):
-                if a[i, j] != 0:
-                    yi = jax.tree.map(lambda u, k, aij=a[i, j]: u + (h * aij) * k, yi, ks[j])
+                if a[i][j] != 0:
+                    yi = jax.tree.map(lambda u, k, aij=a[i][j]: u + (h * aij) * k, yi, ks[j])
             ks.append(f(t + c[i] * h, yi))
         # With one stage (Euler) this is exactly `y + h * k1`: the network's residual update.
         incr = None
@@ -138,6 +141,3 @@ class RK4(AbstractExplicitRK):
         b=(1 / 6, 1 / 3, 1 / 3, 1 / 6),
         order=4,
     )
-
-
-del itertools

@@ -45,7 +45,9 @@ def check_stages(stages: Stages, num_operators: int, name: str = "scheme") -> No
     totals = np.zeros(num_operators)
     for k, a in stages:
         if not 0 <= k < num_operators:
-            raise ValueError(f"{name}: stage operator {k} out of range for {num_operators} operators.")
+            raise ValueError(
+                f"{name}: stage operator {k} out of range for {num_operators} operators."
+            )
         totals[k] += a
     if not np.allclose(totals, 1.0, atol=1e-14):
         raise ValueError(f"{name}: fractions per operator sum to {totals.tolist()}, not 1.")

@@ -34,4 +34,6 @@ def activation_from_name(name: str, *, field: str = "activation"):
         return ACTIVATIONS[name]
     except (KeyError, TypeError):
         choices = ", ".join(sorted(ACTIVATIONS))
-        raise ValueError(f"{field}={name!r} is not a known activation; valid choices: {choices}.") from None
+        raise ValueError(
+            f"{field}={name!r} is not a known activation; valid choices: {choices}."
+        ) from None

@@ -89,11 +89,17 @@ class MultiHeadAttention(AbstractTerm):
                 raise ValueError(f"MultiHeadAttention.{name} has shape {got}; expected {want}.")
         if d_v % self.num_heads != 0:
             raise ValueError(f"num_heads={self.num_heads} does not divide the value width {d_v}.")
-        for name, width in (("query_bias", d_qk), ("key_bias", d_qk), ("value_bias", d_v),
-                            ("output_bias", d)):
+        for name, width in (
+            ("query_bias", d_qk),
+            ("key_bias", d_qk),
+            ("value_bias", d_v),
+            ("output_bias", d),
+        ):
             b = getattr(self, name)
             if b is not None and b.shape[-1] != width:
-                raise ValueError(f"MultiHeadAttention.{name} has width {b.shape[-1]}; expected {width}.")
+                raise ValueError(
+                    f"MultiHeadAttention.{name} has width {b.shape[-1]}; expected {width}."
+                )
 
     def scores(self, u: Tokens, *, mask: KeyMask | None = None) -> Float[Array, "heads n n"]:
         """The attention weights `γ^h_{ij}` (rows sum to one over the admissible `j`)."""
