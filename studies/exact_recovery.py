@@ -95,39 +95,13 @@ def _case(arch: str, d: int, cfg: Config, dtype, rng):
         direct = np.asarray(eqx.filter_jit(model.post_ln_equivalent())(u))
         reference = None
         if ref:
-            sd = _paper_a_as_torch(model)
+            sd = model.post_ln_state_dict()
             reference = A.run_reference(
                 A.torch_encoder(sd, num_heads=H, layer_norm_eps=0.0, dtype=dtype), u
             )
     else:
         raise ValueError(f"architecture={arch!r}; valid: {', '.join(ARCHITECTURES)}.")
     return ours, direct, reference
-
-
-def _paper_a_as_torch(model) -> dict:
-    """The torch state dict of the post-LN encoder with feed-forward weights W̃ = I + W."""
-    a, k = model.attention, model.kernels
-    d = a.query.shape[-1]
-    eye = np.eye(d)
-    sd = {}
-    for i in range(a.query.shape[0]):
-        p = f"layers.{i}."
-        sd[p + "self_attn.in_proj_weight"] = np.concatenate(
-            [np.asarray(x[i]).T for x in (a.query, a.key, a.value)]
-        )
-        sd[p + "self_attn.in_proj_bias"] = np.concatenate(
-            [np.asarray(x[i]) for x in (a.query_bias, a.key_bias, a.value_bias)]
-        )
-        sd[p + "self_attn.out_proj.weight"] = np.asarray(a.output[i]).T
-        sd[p + "self_attn.out_proj.bias"] = np.asarray(a.output_bias[i])
-        sd[p + "linear1.weight"] = (eye + np.asarray(k.weight[i, 0])).T
-        sd[p + "linear1.bias"] = np.asarray(k.bias[i, 0])
-        sd[p + "linear2.weight"] = (eye + np.asarray(k.weight[i, 1])).T
-        sd[p + "linear2.bias"] = np.asarray(k.bias[i, 1])
-        for name, norm in (("norm1", model.norm1), ("norm2", model.norm2)):
-            sd[p + name + ".weight"] = np.asarray(norm.weight[i])
-            sd[p + name + ".bias"] = np.asarray(norm.bias[i])
-    return sd
 
 
 def main(config: Config, out: pathlib.Path) -> dict:

@@ -303,36 +303,6 @@ def test_gpt2_batch_vmap_matches_hf(dtype):
 # --------------------------------------------------------------------------------------------
 
 
-def _paper_a_state_dict(p: A.PaperAEncoder) -> dict[str, np.ndarray]:
-    """The torch `TransformerEncoder` weights of `p.post_ln_equivalent()`, built by hand.
-
-    The attention kernels are stored `x @ W`, shape `(d, d)`; torch stores `y = x Wᵀ + b`.
-    The feed-forward weight of substep j is `I + W_j` (explicit Euler with τ = 1).
-    """
-    a, kern = p.attention, p.kernels
-    d = p.d
-    eye = np.eye(d)
-    t = lambda x: np.asarray(x)
-    sd = {}
-    for i in range(kern.weight.shape[0]):
-        pre = f"layers.{i}."
-        sd[pre + "self_attn.in_proj_weight"] = np.concatenate(
-            [t(a.query[i]).T, t(a.key[i]).T, t(a.value[i]).T]
-        )
-        sd[pre + "self_attn.in_proj_bias"] = np.concatenate(
-            [t(a.query_bias[i]), t(a.key_bias[i]), t(a.value_bias[i])]
-        )
-        sd[pre + "self_attn.out_proj.weight"] = t(a.output[i]).T
-        sd[pre + "self_attn.out_proj.bias"] = t(a.output_bias[i])
-        for j in (0, 1):
-            sd[pre + f"linear{j + 1}.weight"] = (eye + t(kern.weight[i, j])).T
-            sd[pre + f"linear{j + 1}.bias"] = t(kern.bias[i, j])
-        for k, norm in (("norm1", p.norm1), ("norm2", p.norm2)):
-            sd[pre + k + ".weight"] = t(norm.weight[i])
-            sd[pre + k + ".bias"] = t(norm.bias[i])
-    return sd
-
-
 @pytest.mark.parametrize("cfg", [(12, 3, 2, 8), (20, 4, 3, 13)], ids=["d12-h3-L2", "d20-h4-L3"])
 def test_paper_a_literal_matches_post_ln_and_torch(cfg):
     """Paper A's literal scheme = its post-LN equivalent (1e-12) = torch post-LN/ReLU, eps = 0."""
@@ -347,7 +317,7 @@ def test_paper_a_literal_matches_post_ln_and_torch(cfg):
     print(f"[reference] Paper A literal vs post_ln_equivalent float64: max abs error {err:.3e}")
     assert err <= 1e-12
 
-    sd = _paper_a_state_dict(p)
+    sd = p.post_ln_state_dict()
     ref = _torch_encoder(
         d=d,
         heads=heads,

@@ -108,3 +108,33 @@ class PaperAEncoder(eqx.Module):
         return Transformer(
             transformer_equation(self.attention, self.norm1, ffn, self.norm2, PostNorm())
         )
+
+    def post_ln_state_dict(self) -> dict[str, np.ndarray]:
+        """The `torch.nn.TransformerEncoder` state dict of `post_ln_equivalent()` (J = 2).
+
+        Attention kernels are stored `x @ W`; torch stores `y = x Wᵀ + b`. The feed-forward weight
+        of substep j is `I + W_j` (explicit Euler with τ = 1). Load it into a post-LN ReLU encoder
+        with `dim_feedforward = d` and `layer_norm_eps = 0` to compare with PyTorch.
+        """
+        self.post_ln_equivalent()  # checks J = 2
+        a, kern = self.attention, self.kernels
+        eye = np.eye(self.d)
+        t = lambda x: np.asarray(x)
+        sd = {}
+        for i in range(kern.weight.shape[0]):
+            pre = f"layers.{i}."
+            sd[pre + "self_attn.in_proj_weight"] = np.concatenate(
+                [t(a.query[i]).T, t(a.key[i]).T, t(a.value[i]).T]
+            )
+            sd[pre + "self_attn.in_proj_bias"] = np.concatenate(
+                [t(a.query_bias[i]), t(a.key_bias[i]), t(a.value_bias[i])]
+            )
+            sd[pre + "self_attn.out_proj.weight"] = t(a.output[i]).T
+            sd[pre + "self_attn.out_proj.bias"] = t(a.output_bias[i])
+            for j in (0, 1):
+                sd[pre + f"linear{j + 1}.weight"] = (eye + t(kern.weight[i, j])).T
+                sd[pre + f"linear{j + 1}.bias"] = t(kern.bias[i, j])
+            for k, norm in (("norm1", self.norm1), ("norm2", self.norm2)):
+                sd[pre + k + ".weight"] = t(norm.weight[i])
+                sd[pre + k + ".bias"] = t(norm.bias[i])
+        return sd

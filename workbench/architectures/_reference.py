@@ -34,16 +34,19 @@ def _dtype(torch, dtype):
 
 def _load(model, state_dict, dtype):
     torch = _torch()
+    # Cast *before* loading: load_state_dict copies into the existing parameters, so float64
+    # weights loaded into float32 parameters would be rounded.
     model = model.to(_dtype(torch, dtype)).eval()
     tensors = {k: torch.tensor(np.asarray(v, dtype)) for k, v in state_dict.items()}
     missing, unexpected = model.load_state_dict(tensors, strict=False)
+    params = dict(model.named_parameters())
     missing = [
-        k
-        for k in missing
-        if not k.endswith(("position_ids", "token_type_ids", "attn.bias", "masked_bias"))
-    ]
+        k for k in missing if k in params
+    ]  # buffers (position ids, causal masks) may be absent
     if missing or unexpected:
-        raise ValueError(f"reference model keys: missing {missing}, unexpected {unexpected}")
+        raise ValueError(
+            f"reference model keys: missing parameters {missing}, unexpected {unexpected}"
+        )
     return model
 
 
