@@ -3,7 +3,6 @@
 import abc
 
 import equinox as eqx
-import jax
 
 from ._controls import AbstractControl
 from ._types import KeyMask, Tokens
@@ -167,5 +166,3 @@ class Equation(eqx.Module):
     def output_map(self, u: Tokens) -> Tokens:
         return u if self.output is None else self.output(u)
 
-
-del jax

@@ -1,7 +1,5 @@
 """One entry point that solves the Transformer equation with a splitting scheme on a fixed grid."""
 
-import operator
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -150,5 +148,3 @@ def integrate(
         first_nonfinite_step=bad,
     )
 
-
-del operator

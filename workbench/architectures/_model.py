@@ -69,7 +69,9 @@ class Transformer(eqx.Module):
 
     @property
     def d(self) -> int:
-        return self.equation.operators[0].term.values.query.shape[-2]
+        """The model width: the last axis of the output-bias-free state, read off the attention."""
+        term = self.equation.operators[0].term.values
+        return term.query.shape[-2] if isinstance(term, MultiHeadAttention) else term.hidden.shape[-2]
 
     def solve(self, u: Tokens, *, mask: KeyMask | None = None, **kwargs) -> Solution:
         """Integrate from `u`, returning the full `Solution` (states, counts, diagnostics)."""

@@ -1,0 +1,30 @@
+"""Tokens as interacting particles on the unit sphere (paper B, MATH.md §2).
+
+Dynamics (`SA`, `USA`, `Hardmax`, `FFNAugmented`, `AngleUSA`), sphere integrators
+(`ProjectedEuler`, `ProjectedRK2`, `ProjectedRK4`, `GeodesicEuler`, `DiffraxProjected`), the entry
+point `simulate`, and the energy and mean-field velocity.
+"""
+
+from ._dynamics import (
+    SA as SA,
+    USA as USA,
+    AbstractDynamics as AbstractDynamics,
+    AngleUSA as AngleUSA,
+    FFNAugmented as FFNAugmented,
+    Hardmax as Hardmax,
+    from_angles as from_angles,
+    interaction_energy as interaction_energy,
+    mean_field_velocity as mean_field_velocity,
+    tangent as tangent,
+    to_angles as to_angles,
+)
+from ._integrators import (
+    AbstractProjectedRK as AbstractProjectedRK,
+    AbstractSphereIntegrator as AbstractSphereIntegrator,
+    DiffraxProjected as DiffraxProjected,
+    GeodesicEuler as GeodesicEuler,
+    ProjectedEuler as ProjectedEuler,
+    ProjectedRK2 as ProjectedRK2,
+    ProjectedRK4 as ProjectedRK4,
+)
+from ._simulate import simulate as simulate
