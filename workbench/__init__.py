@@ -3,7 +3,13 @@
 The public API is re-exported here; submodules starting with `_` are private.
 """
 
-from . import architectures as architectures, report as report, schemes as schemes, terms as terms
+from . import (
+    architectures as architectures,
+    particles as particles,
+    report as report,
+    schemes as schemes,
+    terms as terms,
+)
 from ._controls import (
     AbstractControl as AbstractControl,
     Constant as Constant,

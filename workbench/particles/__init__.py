@@ -28,3 +28,8 @@ from ._integrators import (
     ProjectedRK4 as ProjectedRK4,
 )
 from ._simulate import simulate as simulate
+
+# isort: split
+# The diagnostics and theory modules (written alongside) export their own `__all__`.
+from ._diagnostics import *  # noqa: F401,F403  (diagnostics: Gram, cluster counts, ...)
+from ._theory import *  # noqa: F401,F403  (theory curves: gamma_beta, Wendel, ...)

@@ -288,7 +288,9 @@ def cluster_count(x: Tokens, threshold: float = 1e-4) -> Int[Array, ""]:
 # time series of cluster counts
 
 
-def time_to_one_cluster(ts: Float[ArrayLike, " T"], counts: Int[ArrayLike, " T"]) -> Float[Array, ""]:
+def time_to_one_cluster(
+    ts: Float[ArrayLike, " T"], counts: Int[ArrayLike, " T"]
+) -> Float[Array, ""]:
     r"""First saved time from which the cluster count is 1 and stays 1 until the last saved time.
 
     $$t_1 = \min\{t_k : N(t_m) = 1 \text{ for all } m \ge k\}.$$

@@ -33,7 +33,9 @@ def _check_points(x0) -> None:
         )
     n, d = shape
     if n < 2:
-        raise ValueError(f"simulate: x0 has n = {n} particle(s); an interacting system needs n >= 2.")
+        raise ValueError(
+            f"simulate: x0 has n = {n} particle(s); an interacting system needs n >= 2."
+        )
     if d < 2:
         raise ValueError(
             f"simulate: x0 has d = {d} feature(s); the sphere S^(d-1) needs d >= 2 "
@@ -61,11 +63,7 @@ def _check_on_sphere(x0):
 
 
 def _check_num_steps(num_steps) -> int:
-    if (
-        isinstance(num_steps, bool)
-        or not isinstance(num_steps, (int, np.integer))
-        or num_steps < 0
-    ):
+    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
         raise ValueError(f"simulate: num_steps={num_steps!r} must be a non-negative integer.")
     return int(num_steps)
 
@@ -86,6 +84,83 @@ def _concrete_scalar(value, name: str) -> float:
     if v.ndim != 0 or not np.issubdtype(v.dtype, np.number):
         raise ValueError(f"simulate: {name}={value!r} must be a real scalar.")
     return float(v)
+
+
+def _time_grid(dt, t1, num_steps, save_ts, dtype):
+    """Resolve the step, the number of steps and the saved step indices (trace-time checks).
+
+    Returns `(dt, total, save_index, checks)`: `dt` a Python float (concrete) or an array of the
+    state's dtype (traced), `save_index` an int array or `None`, and `checks` the (predicate,
+    message) pairs that can only be decided at run time.
+    """
+    if num_steps is not None:
+        num_steps = _check_num_steps(num_steps)
+    checks = []  # (bad predicate, message) pairs for traced values, raised with eqx.error_if
+    if _is_traced(dt):
+        if jnp.ndim(dt) != 0:
+            raise ValueError(f"simulate: dt must be a scalar; got shape {jnp.shape(dt)}.")
+        if num_steps is None:
+            raise ValueError(
+                "simulate: dt is traced (e.g. under jax.vmap over step sizes), so the number of "
+                "steps cannot be derived from t1 / dt; pass num_steps=N (then t1 = N * dt)."
+            )
+        if save_ts is not None:
+            raise ValueError(
+                "simulate: save_ts needs a concrete dt to place the times on the grid; with a "
+                "traced dt pass save_ts=None (the final state at t1 = num_steps * dt)."
+            )
+        dt = jnp.asarray(dt).astype(dtype)
+        checks.append((~(dt > 0) | ~jnp.isfinite(dt), "simulate: dt must be finite and > 0."))
+        if t1 is not None:
+            checks.append(
+                (
+                    jnp.abs(num_steps * dt - t1) > _GRID_RTOL * jnp.maximum(jnp.abs(t1), dt),
+                    "simulate: t1 differs from num_steps * dt.",
+                )
+            )
+        total = num_steps
+    else:
+        dt = _concrete_scalar(dt, "dt")
+        if not (math.isfinite(dt) and dt > 0):
+            raise ValueError(f"simulate: dt={dt!r} must be finite and > 0.")
+        if t1 is None and num_steps is None:
+            raise ValueError("simulate: pass the final time t1 (or num_steps).")
+        if t1 is not None:
+            if _is_traced(t1):
+                raise ValueError(
+                    "simulate: t1 is traced, so the number of steps cannot be derived from it; "
+                    "pass a Python float t1, or num_steps=N with t1=None."
+                )
+            t1 = _concrete_scalar(t1, "t1")
+            if not (math.isfinite(t1) and t1 >= 0):
+                raise ValueError(f"simulate: t1={t1!r} must be finite and >= 0.")
+            k1 = _grid_index(t1, dt, "t1")
+            if num_steps is not None and num_steps != k1:
+                raise ValueError(
+                    f"simulate: t1={t1!r} and num_steps={num_steps} disagree: t1 / dt = {k1}."
+                )
+            total = k1
+        else:
+            total = num_steps
+
+    save_index = None
+    if save_ts is not None:
+        if _is_traced(save_ts):
+            raise ValueError("simulate: save_ts must be concrete (a list or numpy array of times).")
+        ts = np.asarray(save_ts, dtype=np.float64)
+        if ts.ndim != 1:
+            raise ValueError(f"simulate: save_ts must be one-dimensional; got shape {ts.shape}.")
+        t_end = total * dt
+        for t in ts:
+            if not (
+                math.isfinite(t) and -_GRID_RTOL * dt <= t <= t_end + _GRID_RTOL * max(t_end, dt)
+            ):
+                raise ValueError(
+                    f"simulate: save_ts contains {float(t)!r}, outside [0, t1] = [0, {t_end!r}]."
+                )
+        save_index = np.array([_grid_index(float(t), dt, "save_ts entry") for t in ts], dtype=int)
+
+    return dt, total, save_index, checks
 
 
 def simulate(
@@ -146,71 +221,7 @@ def simulate(
     n, d = x0.shape
     dynamics.check_dimension(d)
     dtype = x0.dtype
-    if num_steps is not None:
-        num_steps = _check_num_steps(num_steps)
-
-    checks = []  # (bad predicate, message) pairs for traced values, raised with eqx.error_if
-    if _is_traced(dt):
-        if jnp.ndim(dt) != 0:
-            raise ValueError(f"simulate: dt must be a scalar; got shape {jnp.shape(dt)}.")
-        if num_steps is None:
-            raise ValueError(
-                "simulate: dt is traced (e.g. under jax.vmap over step sizes), so the number of "
-                "steps cannot be derived from t1 / dt; pass num_steps=N (then t1 = N * dt)."
-            )
-        if save_ts is not None:
-            raise ValueError(
-                "simulate: save_ts needs a concrete dt to place the times on the grid; with a "
-                "traced dt pass save_ts=None (the final state at t1 = num_steps * dt)."
-            )
-        dt = jnp.asarray(dt).astype(dtype)
-        checks.append((~(dt > 0) | ~jnp.isfinite(dt), "simulate: dt must be finite and > 0."))
-        if t1 is not None:
-            checks.append(
-                (
-                    jnp.abs(num_steps * dt - t1) > _GRID_RTOL * jnp.maximum(jnp.abs(t1), dt),
-                    "simulate: t1 differs from num_steps * dt.",
-                )
-            )
-        total = num_steps
-    else:
-        dt = _concrete_scalar(dt, "dt")
-        if not (math.isfinite(dt) and dt > 0):
-            raise ValueError(f"simulate: dt={dt!r} must be finite and > 0.")
-        if t1 is None and num_steps is None:
-            raise ValueError("simulate: pass the final time t1 (or num_steps).")
-        if t1 is not None:
-            if _is_traced(t1):
-                raise ValueError(
-                    "simulate: t1 is traced, so the number of steps cannot be derived from it; "
-                    "pass a Python float t1, or num_steps=N with t1=None."
-                )
-            t1 = _concrete_scalar(t1, "t1")
-            if not (math.isfinite(t1) and t1 >= 0):
-                raise ValueError(f"simulate: t1={t1!r} must be finite and >= 0.")
-            k1 = _grid_index(t1, dt, "t1")
-            if num_steps is not None and num_steps != k1:
-                raise ValueError(
-                    f"simulate: t1={t1!r} and num_steps={num_steps} disagree: t1 / dt = {k1}."
-                )
-            total = k1
-        else:
-            total = num_steps
-
-    save_index = None
-    if save_ts is not None:
-        if _is_traced(save_ts):
-            raise ValueError("simulate: save_ts must be concrete (a list or numpy array of times).")
-        ts = np.asarray(save_ts, dtype=np.float64)
-        if ts.ndim != 1:
-            raise ValueError(f"simulate: save_ts must be one-dimensional; got shape {ts.shape}.")
-        t_end = total * dt
-        for t in ts:
-            if not (math.isfinite(t) and -_GRID_RTOL * dt <= t <= t_end + _GRID_RTOL * max(t_end, dt)):
-                raise ValueError(
-                    f"simulate: save_ts contains {float(t)!r}, outside [0, t1] = [0, {t_end!r}]."
-                )
-        save_index = np.array([_grid_index(float(t), dt, "save_ts entry") for t in ts], dtype=int)
+    dt, total, save_index, checks = _time_grid(dt, t1, num_steps, save_ts, dtype)
 
     x0 = _check_on_sphere(x0)
     for bad, message in checks:

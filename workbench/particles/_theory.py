@@ -443,4 +443,3 @@ def hemisphere_margin(x: Tokens, w: Float[ArrayLike, " d"]) -> Float[Array, ""]:
     if w.shape != (shape[1],):
         raise ValueError(f"w has shape {w.shape}; expected ({shape[1]},), a vector of R^d.")
     return jnp.min(x @ w)
-
