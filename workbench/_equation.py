@@ -165,4 +165,3 @@ class Equation(eqx.Module):
 
     def output_map(self, u: Tokens) -> Tokens:
         return u if self.output is None else self.output(u)
-

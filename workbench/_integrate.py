@@ -147,4 +147,3 @@ def integrate(
         num_evaluations=evals,
         first_nonfinite_step=bad,
     )
-

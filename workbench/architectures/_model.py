@@ -69,9 +69,11 @@ class Transformer(eqx.Module):
 
     @property
     def d(self) -> int:
-        """The model width: the last axis of the output-bias-free state, read off the attention."""
+        """The model width d, read off the first term."""
         term = self.equation.operators[0].term.values
-        return term.query.shape[-2] if isinstance(term, MultiHeadAttention) else term.hidden.shape[-2]
+        return (
+            term.query.shape[-2] if isinstance(term, MultiHeadAttention) else term.hidden.shape[-2]
+        )
 
     def solve(self, u: Tokens, *, mask: KeyMask | None = None, **kwargs) -> Solution:
         """Integrate from `u`, returning the full `Solution` (states, counts, diagnostics)."""
