@@ -101,7 +101,9 @@ def test_bad_options(rng):
 def test_nan_input_is_reported(rng):
     _, m = small_encoder(rng)
     u = jnp.asarray(rng.normal(size=(4, 12))).at[2, 3].set(jnp.nan)
-    with pytest.raises(RuntimeError, match="the input tokens u contain NaN or inf"):
+    with pytest.raises(
+        RuntimeError, match=r"the initial state \(the input tokens u\) contains NaN or inf"
+    ):
         jax.block_until_ready(m(u))
     cfg = A.gpt2_config(d=12, num_heads=3, num_layers=1)
     g = A.gpt2_from_hf(A.random_gpt2_state_dict(rng, cfg), cfg)

@@ -22,7 +22,9 @@ def _num_pieces(values) -> int:
 
 
 def _index(values, i):
-    return jax.tree.map(lambda x: x[i] if eqx.is_array(x) else x, values)
+    # dynamic_index_in_dim skips the negative-index normalization that `x[i]` emits per leaf.
+    take = lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False) if eqx.is_array(x) else x
+    return jax.tree.map(take, values)
 
 
 class AbstractControl(eqx.Module):

@@ -71,6 +71,7 @@ def integrate(
     mask: KeyMask | None = None,
     save_steps: bool = False,
     throw: bool = True,
+    u0_name: str = "u0",
 ) -> Solution:
     r"""Solve `equation` from `u(0) = u0` on `[0, T]` with `num_steps` uniform steps of `scheme`.
 
@@ -89,8 +90,10 @@ def integrate(
       piecewise-constant controls.
     - `mask`: optional key padding mask `(n,)` (True = real token).
     - `save_steps`: also return the state after every step.
-    - `throw`: raise if a step produced NaN/inf, naming the step and time; with `False` the index
-      is returned in `Solution.first_nonfinite_step` (for sweeps under `vmap`).
+    - `throw`: raise if the initial state holds NaN/inf or a step produced them, naming the step
+      and time; with `False` the index is returned in `Solution.first_nonfinite_step` (for
+      sweeps under `vmap`).
+    - `u0_name`: how error messages call the initial state.
 
     **Returns:** a `Solution`.
 
@@ -130,13 +133,16 @@ def integrate(
     xs = (t0s, jnp.asarray(pieces), jnp.arange(num_steps))
     (u1, bad), us = jax.lax.scan(step, (u0, jnp.array(-1)), xs)
     if throw:
-        # One message per step, so the error says where the solution stopped being finite.
-        messages = [
+        # One check (one callback) for the input and every step, so the error says where the
+        # solution stopped being finite: branch 0 is the input, branch i + 1 is step i.
+        input_bad = ~jnp.all(jnp.isfinite(u0))
+        messages = [f"integrate: the initial state {u0_name} contains NaN or inf."] + [
             f"integrate: the state became NaN/inf at step {i} (t = {i * tau:.6g} .. {(i + 1) * tau:.6g}, "
             f"layer {pieces[i]}). Check the inputs for NaN, or reduce the step."
             for i in range(num_steps)
         ]
-        u1 = eqx.branched_error_if(u1, bad >= 0, jnp.maximum(bad, 0), messages)
+        branch = jnp.where(input_bad, 0, jnp.maximum(bad, 0) + 1)
+        u1 = eqx.branched_error_if(u1, input_bad | (bad >= 0), branch, messages)
     evals = num_steps * len(stages) * rk.tableau.num_stages
     return Solution(
         u1=u1,

@@ -78,13 +78,13 @@ class Transformer(eqx.Module):
     def solve(self, u: Tokens, *, mask: KeyMask | None = None, **kwargs) -> Solution:
         """Integrate from `u`, returning the full `Solution` (states, counts, diagnostics)."""
         check_tokens(u, "u", self.d)
-        u = eqx.error_if(u, ~jnp.all(jnp.isfinite(u)), "the input tokens u contain NaN or inf.")
         return integrate(
             self.equation,
             u,
             self.scheme,
             num_steps=self.num_layers * self.steps_per_layer,
             mask=mask,
+            u0_name="(the input tokens u)",
             **kwargs,
         )
 

@@ -120,7 +120,8 @@ class MultiHeadAttention(AbstractTerm):
     def vector_field(self, u: Tokens, *, mask: KeyMask | None = None) -> Tokens:
         gamma = self.scores(u, mask=mask)
         v = _heads(_affine(u, self.value, self.value_bias), self.num_heads)
-        z = jnp.einsum("hij,hjk->ihk", gamma, v).reshape(u.shape[0], -1)
+        # Head-major batched matmul, then one transpose: XLA:CPU fuses this better than "->ihk".
+        z = jnp.einsum("hij,hjk->hik", gamma, v).transpose(1, 0, 2).reshape(u.shape[0], -1)
         return _affine(z, self.output, self.output_bias)
 
 
