@@ -62,6 +62,10 @@ __all__ = ["STUDIES", "get_study"]
 
 STUDIES: dict[str, str] = {
     "exact-recovery": "studies.exact_recovery",
+    "cluster-histograms": "studies.cluster_histograms",
+    "metastability": "studies.metastability",
+    "high-dimension": "studies.high_dimension",
+    "repulsion": "studies.repulsion",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""
