@@ -66,6 +66,8 @@ STUDIES: dict[str, str] = {
     "metastability": "studies.metastability",
     "high-dimension": "studies.high_dimension",
     "repulsion": "studies.repulsion",
+    "phase-diagram": "studies.phase_diagram",
+    "step-convergence": "studies.step_convergence",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""

@@ -32,4 +32,5 @@ from ._simulate import simulate as simulate
 # isort: split
 # The diagnostics and theory modules (written alongside) export their own `__all__`.
 from ._diagnostics import *  # noqa: F401,F403  (diagnostics: Gram, cluster counts, ...)
+from ._sweeps import *  # noqa: F401,F403  (the batched phase-diagram kernel)
 from ._theory import *  # noqa: F401,F403  (theory curves: gamma_beta, Wendel, ...)

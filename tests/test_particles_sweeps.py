@@ -1,0 +1,297 @@
+"""The batched phase-diagram kernel (`workbench.particles._sweeps`): the Gram form against the
+particle form, the sweep against a direct loop over `simulate` + `fraction_clustered`, the
+one-cluster regime, the orthogonal-start oracle γ_β(t) (Thm 6.8), jit / vmap / chunking
+consistency and input errors. Float64 (conftest)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from workbench import particles as P
+from workbench.particles._diagnostics import fraction_clustered
+from workbench.particles._sweeps import (
+    GramForm,
+    ParticleForm,
+    ReducedForm,
+    _euler_rows,
+    _reduce,
+    clustering_curve,
+    gram_step,
+    phase_diagram,
+    random_starts,
+)
+from workbench.particles._theory import gamma_beta, gamma_infinity
+
+INTEGRATORS = {
+    "euler": P.ProjectedEuler(),
+    "rk2": P.ProjectedRK2(),
+    "rk4": P.ProjectedRK4(),
+    "geodesic": P.GeodesicEuler(),
+}
+
+
+def _sphere(rng, *shape):
+    x = rng.normal(size=shape)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _direct(dynamics, betas, starts, ts, dt, integrator, delta=1e-3):
+    """The reference: `simulate` then `fraction_clustered`, one (β, start) at a time."""
+
+    @jax.jit
+    def states(b, x0):
+        return P.simulate(
+            dynamics(b), x0, t1=float(max(ts)), dt=dt, integrator=integrator, save_ts=ts
+        )
+
+    out = np.zeros((len(betas), len(starts), len(ts)))
+    for i, b in enumerate(betas):
+        for j, x0 in enumerate(starts):
+            xs = states(jnp.asarray(b, jnp.float64), jnp.asarray(x0))
+            out[i, j] = [float(fraction_clustered(x, delta)) for x in xs]
+    return out
+
+
+# ---------------------------------------------------------------- Gram form == particle form
+
+
+@pytest.mark.parametrize("name", list(INTEGRATORS))
+@pytest.mark.parametrize("dynamics, beta", [(P.SA, 3.0), (P.USA, 1.5)])
+def test_gram_form_equals_particle_form(name, dynamics, beta, rng):
+    # 150 steps through the whole collapse to one cluster. (USA at larger β/n reaches
+    # configurations with tiny λ_min(G), where the Gram form's normal-equations conditioning shows
+    # as ~1e-12..1e-10 differences: see `GramForm`.)
+    integrator = INTEGRATORS[name]
+    n, d, dt, steps = 8, 12, 0.1, 150
+    x0 = jnp.asarray(_sphere(rng, n, d))
+    ts = np.arange(0, steps + 1, 10) * dt
+    xs = P.simulate(dynamics(beta), x0, t1=steps * dt, dt=dt, integrator=integrator, save_ts=ts)
+    want = np.asarray(jnp.einsum("tid,tjd->tij", xs, xs))
+
+    @jax.jit
+    def run(g):
+        def body(g, _):
+            g = jax.lax.fori_loop(
+                0,
+                10,
+                lambda _, h: gram_step(h, beta, dt, integrator=integrator, dynamics=dynamics),
+                g,
+            )
+            return g, g
+
+        return jnp.concatenate([g[None], jax.lax.scan(body, g, None, length=steps // 10)[1]])
+
+    got = np.asarray(run(x0 @ x0.T))
+    assert np.max(np.abs(got - want)) <= 1e-12
+    # the trajectory really moved (not a trivial agreement near the start)
+    assert np.max(np.abs(want[-1] - want[0])) > 0.1
+
+
+@pytest.mark.parametrize("name", ["euler", "rk4"])
+def test_reduced_coordinates_follow_the_same_flow(name, rng):
+    # ReducedForm: R = X U in an orthonormal basis of the row space has the same Gram matrix, and
+    # the particle system run on R has the Gram matrices of the system run on X.
+    integrator = INTEGRATORS[name]
+    x0 = jnp.asarray(_sphere(rng, 6, 20))
+    r0 = _reduce(x0)
+    assert r0.shape == (6, 6)
+    ts = np.arange(0, 11) * 1.0
+    run = lambda x: P.simulate(P.SA(4.0), x, t1=10.0, dt=0.1, integrator=integrator, save_ts=ts)
+    gx, gr = (jnp.einsum("tid,tjd->tij", xs, xs) for xs in (run(x0), run(r0)))
+    assert np.max(np.abs(np.asarray(gx - gr))) <= 1e-12
+    assert _reduce(x0[:, :5]) is not None and _reduce(x0[:, :5]).shape == (6, 5)  # d < n: as is
+
+
+@pytest.mark.parametrize("dynamics", [P.SA, P.USA])
+def test_fast_euler_rows_equal_projected_euler(dynamics, rng):
+    # The sweep's Euler step normalize(E X + diag(z/dt − e) X) is ProjectedEuler().step.
+    x = jnp.asarray(_sphere(rng, 10, 7))
+    for beta in (0.0, 2.0, -1.0):
+        want = P.ProjectedEuler().step(dynamics(beta), x, 0.1)
+        got = _euler_rows(x, jnp.asarray(beta), jnp.asarray(0.1), dynamics is P.SA)
+        assert np.max(np.abs(np.asarray(got - want))) <= 1e-14
+
+
+# ---------------------------------------------------------------- sweep == direct loop
+
+
+@pytest.mark.parametrize(
+    "form, integrator, dynamics",
+    [
+        (None, P.ProjectedEuler(), P.SA),  # auto: ReducedForm (8 -> 6 coordinates)
+        (ParticleForm(), P.ProjectedEuler(), P.SA),
+        (GramForm(), P.ProjectedEuler(), P.SA),
+        (GramForm(), P.ProjectedRK4(), P.USA),
+        (ReducedForm(), P.GeodesicEuler(), P.USA),
+    ],
+)
+def test_sweep_equals_direct_loop(form, integrator, dynamics, rng):
+    betas = np.array([0.5, 3.0, 8.0])
+    starts = _sphere(rng, 3, 6, 8)
+    ts = np.array([0.0, 1.0, 2.5, 6.0, 4.0])  # any order, t = 0 included
+    dt = 0.1
+    pd = phase_diagram(
+        betas,
+        starts,
+        dt=dt,
+        save_ts=ts,
+        dynamics=dynamics,
+        integrator=integrator,
+        form=form,
+        per_start=True,
+        progress=False,
+    )
+    want = _direct(dynamics, betas, starts, ts, dt, integrator)
+    np.testing.assert_array_equal(pd.per_start, want)
+    np.testing.assert_allclose(pd.fraction, want.mean(axis=1), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(pd.sem, want.std(axis=1, ddof=1) / np.sqrt(3), rtol=0, atol=1e-12)
+    assert isinstance(pd.form, ReducedForm if form is None else type(form))
+    assert pd.num_steps == 60
+    assert 0.0 < pd.fraction.max() and pd.fraction[:, 0].max() == 0.0  # not a trivial diagram
+
+
+def test_sweep_with_matrices_equals_direct_loop(rng):
+    d = 6
+    Q, K, V = (rng.normal(size=(d, d)) / np.sqrt(d) for _ in range(3))
+    betas, starts, ts, dt = np.array([1.0, 5.0]), _sphere(rng, 2, 5, d), np.array([2.0, 8.0]), 0.1
+    dyn = lambda b: P.SA(b, Q=Q, K=K, V=V)
+    want = _direct(dyn, betas, starts, ts, dt, P.ProjectedEuler())
+    for form in (None, ParticleForm(fuse_qk=False)):
+        pd = phase_diagram(
+            betas,
+            starts,
+            dt=dt,
+            save_ts=ts,
+            Q=Q,
+            K=K,
+            V=V,
+            form=form,
+            per_start=True,
+            progress=False,
+        )
+        assert isinstance(pd.form, ParticleForm)
+        np.testing.assert_array_equal(pd.per_start, want)
+
+
+# ---------------------------------------------------------------- oracles
+
+
+def test_small_beta_gives_one_cluster_by_t30(getkey):
+    # Fig. 3: below β ≈ 1 every start collapses to one cluster well before t = 30.
+    starts = random_starts(getkey(), 4, 32, 32)
+    pd = phase_diagram(np.array([0.1, 0.5, 1.0]), starts, dt=0.1, save_ts=[30.0], progress=False)
+    assert np.all(pd.fraction[:, -1] >= 0.99)
+
+
+@pytest.mark.parametrize(
+    "dynamics, kind, betas", [(P.SA, "SA", (0.0, 2.0, 5.0)), (P.USA, "USA", (0.0, 1.0, 2.0))]
+)
+def test_orthogonal_start_follows_gamma_beta(dynamics, kind, betas):
+    # Thm 6.8: from an orthogonal start all pairwise inner products equal γ_β(t), so the
+    # statistic is the indicator 1[γ_β(t) ≥ 1 − δ]; compared away from the crossing t*(β).
+    n, delta, dt = 8, 1e-3, 0.05
+    x0 = np.eye(n)[None]
+    ts = np.arange(1, 61) * 0.25
+    betas = np.array(betas)
+    for form in (GramForm(), ParticleForm()):
+        pd = phase_diagram(
+            betas,
+            x0,
+            dt=dt,
+            save_ts=ts,
+            dynamics=dynamics,
+            integrator=P.ProjectedRK4(),
+            delta=delta,
+            form=form,
+            progress=False,
+        )
+        for i, b in enumerate(betas):
+            crossing = float(gamma_infinity(b, delta, n, kind))
+            assert 0.5 < crossing < ts[-1] - 0.5
+            gamma = np.asarray(gamma_beta(jnp.asarray(ts), b, n, kind))
+            away = np.abs(ts - crossing) > 0.05
+            want = (gamma >= 1 - delta).astype(float)
+            np.testing.assert_array_equal(pd.fraction[i, away], want[away])
+            assert want[away].min() == 0.0 and want[away].max() == 1.0
+
+
+# ---------------------------------------------------------------- transforms
+
+
+def test_clustering_curve_jit_vmap_and_chunking_consistency(rng):
+    starts = jnp.asarray(_sphere(rng, 4, 6, 8))
+    betas = jnp.asarray([0.5, 4.0, 9.0])
+    ts = np.array([0.5, 2.0, 5.0, 9.0])
+    kw = dict(dt=0.1, save_ts=ts)
+    eager = np.array([[clustering_curve(b, x, **kw) for x in starts] for b in betas])
+    jitted = jax.jit(lambda b, x: clustering_curve(b, x, **kw))
+    looped = np.array([[jitted(b, x) for x in starts] for b in betas])
+    vmapped = jax.jit(
+        jax.vmap(jax.vmap(lambda b, x: clustering_curve(b, x, **kw), (None, 0)), (0, None))
+    )(betas, starts)
+    np.testing.assert_array_equal(eager, looped)
+    np.testing.assert_array_equal(eager, np.asarray(vmapped))
+    for chunk, flight in ((1, 1), (5, 3), (None, None)):
+        pd = phase_diagram(
+            betas, starts, chunk_size=chunk, in_flight=flight, per_start=True, progress=False, **kw
+        )
+        np.testing.assert_array_equal(pd.per_start, eager)
+    assert eager.max() > 0 and eager.min() == 0
+
+
+def test_float32_starts_run_in_float32(getkey):
+    starts = random_starts(getkey(), 2, 8, 8, jnp.float32)
+    assert starts.dtype == jnp.float32
+    curve = clustering_curve(0.5, starts[0], dt=0.1, save_ts=[0.0, 20.0])
+    assert curve.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(curve), [0.0, 1.0])
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_bad_inputs_raise_clear_errors(rng):
+    x = _sphere(rng, 2, 4, 4)
+    ok = dict(dt=0.1, save_ts=[1.0], progress=False)
+    cases = [
+        (dict(betas=np.ones((2, 2))), "1-D array"),
+        (dict(betas=1.0), "1-D array"),
+        (dict(betas=np.array([1.0, np.nan])), "finite"),
+        (dict(starts=x * 1.01), "unit vectors"),
+        (dict(starts=x[0]), "starts\\[None\\]"),
+        (dict(starts=_sphere(rng, 2, 1, 4)), "n >= 2"),
+        (dict(starts=np.ones((2, 4, 1))), "d >= 2"),
+        (dict(dt=0.0), "dt=0.0 must be finite and > 0"),
+        (dict(dt=-0.1), "> 0"),
+        (dict(save_ts=[0.15]), "not a multiple of dt"),
+        (dict(save_ts=[]), "non-empty"),
+        (dict(save_ts=[-1.0]), ">= 0"),
+        (dict(delta=0.0), "delta"),
+        (dict(dynamics=P.Hardmax), "SA or"),
+        (dict(integrator="euler"), "not a sphere integrator"),
+        (dict(Q=np.ones((4, 3))), "must all act on the same d|shape"),
+        (dict(Q=np.ones((5, 5))), "d = 4"),
+        (dict(Q=np.eye(4), form=GramForm()), "Q = K = V = I"),
+        (dict(V=np.eye(4), form=ReducedForm()), "Q = K = V = I"),
+        (
+            dict(integrator=P.DiffraxProjected(__import__("diffrax").Tsit5()), form=GramForm()),
+            "no Gram recursion",
+        ),
+        (dict(form="gram"), "not a sweep form"),
+        (dict(chunk_size=0), "chunk_size"),
+    ]
+    for change, match in cases:
+        kw = {"betas": np.array([1.0, 2.0]), "starts": x, **ok, **change}
+        with pytest.raises(ValueError, match=match):
+            phase_diagram(kw.pop("betas"), kw.pop("starts"), **kw)
+    with pytest.raises(ValueError, match="scalar"):
+        clustering_curve(jnp.ones(2), x[0], dt=0.1, save_ts=[1.0])
+    with pytest.raises(ValueError, match="unit vectors"):
+        clustering_curve(1.0, 2 * x[0], dt=0.1, save_ts=[1.0])
+    with pytest.raises(ValueError, match="no Gram form"):
+        gram_step(
+            x[0] @ x[0].T, 1.0, 0.1, integrator=P.DiffraxProjected(__import__("diffrax").Tsit5())
+        )
+    with pytest.raises(ValueError, match="integer >= 2"):
+        random_starts(jax.random.key(0), 3, 1, 4)
