@@ -371,6 +371,8 @@ def main(cfg: Config, out: str) -> dict:
         "checks": checks,
         "numpy_starts_scaled_by": numpy_scale,
         "first_call_s": first_call,
+        # Trace + XLA compile of the JAX kernel: its first call minus its median call.
+        "jax_compile_s": {k: first_call[k] - med[k] for k in first_call if k.startswith("jax/")},
         "timing": timing,
         "samples_s": samples,
         "ratios": ratios,
@@ -440,6 +442,10 @@ def report(record: dict, cfg: Config, out: str) -> None:
         if cfg.is_smoke:
             verdict = "(smoke sizes: not meaningful)"
         print(f"goal {other}: {g['ratio']:.2f} ({g['target']}): {verdict}")
+    compile_s = ", ".join(
+        f"{k.split('/')[1]} {v:.2f} s" for k, v in record["jax_compile_s"].items()
+    )
+    print(f"JAX trace + compile (first call − median): {compile_s}")
     dg = record["full_diagram"]
     how = "extrapolated from " + str(dg["betas_timed"]) + " β" if dg["extrapolated"] else "measured"
     print(

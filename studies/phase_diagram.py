@@ -11,13 +11,15 @@ the distance between the empirical 0.5-level curve t_½(β) and Γ_∞'s t_Γ(β
 mean |log(t_½ / t_Γ)| over the β with t_Γ ≤ 30; where the 0.5 level is not reached by t = 30 the
 gap is counted as 30 − t_Γ, a lower bound, and the number of such β is reported).
 
-Fig. 5 variants at d = 128 (particle form, fewer starts: each step costs O(n d²) with matrices):
-(a) `gaussian`: Q, K, V with i.i.d. N(0, 1/d) entries; (b) `wigner-psd`: QᵀK = W Wigner
-(symmetric, off-diagonal N(0, 1/d), diagonal N(0, 2/d)) and V = B Bᵀ/d with B i.i.d. N(0, 1)
-(Wishart, PSD, E V = I); (c) `gaussian-v-qtk`: Q, K Gaussian as in (a), V = QᵀK; (d)
-`wigner-v-qtk`: QᵀK = W Wigner, V = W. The 1/d scaling keeps the operator norms O(1) (≈ 2 for a
-Gaussian or Wigner matrix), so β has the same range of meaning as with identities. One draw of
-the matrices per variant, shared by all β and starts.
+Fig. 5 variants at d = 128 (particle form, fewer starts: each step costs O(n d²) with matrices).
+The score matrix S = QᵀK is scaled to O(1) entries, so that the scores ⟨Q x_i, K x_j⟩ of random
+unit vectors are O(1) (as ⟨x_i, x_i⟩ = 1 with identities) and β ∈ (0, 9] keeps its meaning; V is
+scaled to an O(1) operator norm (a positive factor on V only rescales time):
+(a) `gaussian`: Q, K with i.i.d. N(0, d^{-1/2}) entries (so QᵀK has unit-variance entries), V
+i.i.d. N(0, 1/d); (b) `wigner-psd`: QᵀK = W Wigner (symmetric, off-diagonal N(0, 1), diagonal
+N(0, 2); Q = W, K = I) and V = B Bᵀ/d with B i.i.d. N(0, 1) (Wishart, PSD, E V = I); (c)
+`gaussian-v-qtk`: Q, K as in (a), V = QᵀK/√d; (d) `wigner-v-qtk`: W as in (b), V = W/√d. One
+draw of the matrices per variant, shared by all β and starts.
 """
 
 import dataclasses
@@ -85,17 +87,17 @@ def _check(config: Config) -> None:
 def _matrices(name: str, d: int, key):
     """(Q, K, V) of a Fig. 5 variant (see the module docstring); K = None means the identity."""
     kq, kk, kv = jax.random.split(key, 3)
-    gauss = lambda k: jax.random.normal(k, (d, d), jnp.float64) / math.sqrt(d)
+    normal = lambda k: jax.random.normal(k, (d, d), jnp.float64)
     if name in ("gaussian", "gaussian-v-qtk"):
-        q, k = gauss(kq), gauss(kk)
-        v = gauss(kv) if name == "gaussian" else q.T @ k
+        q, k = normal(kq) / d**0.25, normal(kk) / d**0.25  # QᵀK: unit-variance entries
+        v = normal(kv) / math.sqrt(d) if name == "gaussian" else q.T @ k / math.sqrt(d)
         return q, k, v
-    z = jax.random.normal(kq, (d, d), jnp.float64)
-    w = (z + z.T) / math.sqrt(2 * d)  # Wigner: ⟨W x, y⟩ = xᵀ W y, i.e. Q = W, K = I
+    z = normal(kq)
+    w = (z + z.T) / math.sqrt(2)  # Wigner: ⟨W x, y⟩ = xᵀ W y, i.e. Q = W, K = I
     if name == "wigner-psd":
-        b = jax.random.normal(kv, (d, d), jnp.float64)
+        b = normal(kv)
         return w, None, b @ b.T / d
-    return w, None, w
+    return w, None, w / math.sqrt(d)
 
 
 def _half_time(ts: np.ndarray, fraction: np.ndarray) -> float:
@@ -180,7 +182,7 @@ def main(config: Config, out: pathlib.Path) -> dict:
             **_summarize(pd, betas, ts, t_gamma, config),
         }
 
-    if wb.report.have_matplotlib():
+    if wb.report.have_matplotlib() and per_d:
         _plot_heatmaps(
             [(f"d = {d}", r) for d, r in per_d.items()],
             betas,
@@ -189,15 +191,15 @@ def main(config: Config, out: pathlib.Path) -> dict:
             config,
             out / "phase_diagram.png",
         )
-        if per_variant:
-            _plot_heatmaps(
-                [(f"({name}) d = {config.variant_d}", r) for name, r in per_variant.items()],
-                betas,
-                ts,
-                t_gamma,
-                config,
-                out / "phase_diagram_random_matrices.png",
-            )
+    if wb.report.have_matplotlib() and per_variant:
+        _plot_heatmaps(
+            [(f"({name}) d = {config.variant_d}", r) for name, r in per_variant.items()],
+            betas,
+            ts,
+            t_gamma,
+            config,
+            out / "phase_diagram_random_matrices.png",
+        )
     return {
         "betas": betas.tolist(),
         "ts": ts.tolist(),

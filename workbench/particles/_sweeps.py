@@ -696,8 +696,8 @@ def phase_diagram(
     - `integrator`: `ProjectedEuler()` (default), `ProjectedRK4()`, ...
     - `delta`: the tolerance `δ ∈ (0, 2]`.
     - `form`: `None` (automatic), `ReducedForm()`, `GramForm()` or `ParticleForm()`.
-    - `chunk_size`: trajectories per compiled call (default: about 2 MiB of states per call,
-      256 trajectories for `n = 32` in the reduced form, float64).
+    - `chunk_size`: trajectories per compiled call (default: about 4 MiB of per-trajectory
+      arrays, 256 trajectories for `n = 32`, `d ≥ n` in the reduced form, float64).
     - `in_flight`: chunks dispatched before waiting for the oldest (default 2).
     - `per_start`: also return every start's values `(B, S, T)`.
     - `progress`: show a progress bar over chunks (`None`: unless `WORKBENCH_PROGRESS=0`).
@@ -746,12 +746,13 @@ def phase_diagram(
     # ---- chunking: (β block) × (start block), padded to full blocks (one compilation) ----
     workers = in_flight or 2
     if chunk_size is None:
-        # About 2 MiB of states per call: larger batches leave the caches (slower per step).
+        # About 4 MiB of per-trajectory arrays (the state and the n × n attention matrices) per
+        # call: larger batches leave the caches and run slower per step.
         width = (
             d if isinstance(form, ParticleForm) else n if isinstance(form, GramForm) else min(n, d)
         )
-        state_bytes = n * width * jnp.dtype(dtype).itemsize
-        chunk_size = int(min(1024, max(8, (2 << 20) // state_bytes)))
+        trajectory_bytes = n * (n + width) * jnp.dtype(dtype).itemsize
+        chunk_size = int(min(1024, max(8, (4 << 20) // trajectory_bytes)))
     start_block = _split(num_starts, min(num_starts, chunk_size))
     beta_block = _split(b.size, max(1, chunk_size // start_block))
     num_beta_blocks = -(-b.size // beta_block)
