@@ -68,6 +68,11 @@ STUDIES: dict[str, str] = {
     "repulsion": "studies.repulsion",
     "phase-diagram": "studies.phase_diagram",
     "step-convergence": "studies.step_convergence",
+    "convergence-order": "studies.convergence_order",
+    "splitting-error": "studies.splitting_error",
+    "plan": "studies.plan",
+    "resolution": "studies.resolution",
+    "stability": "studies.stability",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""

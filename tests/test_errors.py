@@ -87,7 +87,7 @@ def test_non_positive_steps(rng):
 def test_bad_options(rng):
     _, m = small_encoder(rng)
     u = jnp.asarray(rng.normal(size=(4, 12)))
-    with pytest.raises(ValueError, match="scheme='strang' is not a splitting scheme; pass e.g."):
+    with pytest.raises(ValueError, match="method='strang' is neither a splitting scheme nor a diffrax solver; pass e.g."):
         wb.integrate(m.equation, u, "strang", num_steps=3)
     sd = A.random_encoder_state_dict(rng, d=12, num_layers=1, dim_feedforward=16)
     with pytest.raises(

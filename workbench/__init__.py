@@ -4,10 +4,12 @@ The public API is re-exported here; submodules starting with `_` are private.
 """
 
 from . import (
+    analysis as analysis,
     architectures as architectures,
     particles as particles,
     report as report,
     schemes as schemes,
+    solvers as solvers,
     terms as terms,
 )
 from ._controls import (
@@ -23,6 +25,12 @@ from ._equation import (
     Operator as Operator,
     PostNorm as PostNorm,
     PreNorm as PreNorm,
+)
+from ._formulations import (
+    AbstractFormulation as AbstractFormulation,
+    Natural as Natural,
+    Penalty as Penalty,
+    Projected as Projected,
 )
 from ._integrate import Solution as Solution, integrate as integrate
 

@@ -1,4 +1,5 @@
-"""One entry point that solves the Transformer equation with a splitting scheme on a fixed grid."""
+"""One entry point that solves the Transformer equation: a splitting scheme on a fixed grid, or
+any diffrax solver on the continuous equation (fixed or adaptive steps)."""
 
 import equinox as eqx
 import jax
@@ -19,17 +20,25 @@ class Solution(eqx.Module):
     - `u1`: the state at `T` (before the output map).
     - `y`: the output, `output_map(u1)` (the model's final hidden state).
     - `ts`, `us`: step end times and states, when `save_steps=True` (else `None`).
-    - `num_steps`, `num_evaluations`: steps taken and term evaluations (vector-field calls).
-    - `first_nonfinite_step`: index of the first step whose result held NaN/inf, or −1.
+    - `num_steps`, `num_evaluations`: steps taken and term evaluations (vector-field calls), as
+      Python ints when known at trace time (splitting schemes with a static step count), else
+      `None` (see `stats`).
+    - `first_nonfinite_step`: index of the first step (splitting) or layer (diffrax) whose
+      result held NaN/inf, or −1.
+    - `stats`: run-time statistics as arrays: `num_steps`, `num_evaluations` (splitting and
+      diffrax; `-1` where unknown, e.g. implicit solvers' Newton iterations), and for diffrax
+      `num_accepted_steps`, `num_rejected_steps`, `failed_piece` (first layer whose solve
+      failed, −1) and `result` (the diffrax `RESULTS` code of that failure, 0 = success).
     """
 
     u1: Tokens
     y: Tokens
     ts: Float[Array, " steps"] | None
     us: Float[Array, "steps n d"] | None
-    num_steps: int = eqx.field(static=True)
-    num_evaluations: int = eqx.field(static=True)
+    num_steps: int | None = eqx.field(static=True)
+    num_evaluations: int | None = eqx.field(static=True)
     first_nonfinite_step: Int[Array, ""]
+    stats: dict = eqx.field(default_factory=dict)
 
 
 def _check_num_steps(equation: Equation, num_steps) -> int:
@@ -65,61 +74,103 @@ def check_tokens(u, name: str = "u", d: int | None = None) -> None:
 def integrate(
     equation: Equation,
     u0: Tokens,
-    scheme: AbstractSplittingScheme,
+    method,
     *,
-    num_steps: int,
+    num_steps=None,
+    stepsize_controller=None,
+    formulation=None,
+    dt0=None,
+    max_steps: int = 4096,
     mask: KeyMask | None = None,
     save_steps: bool = False,
     throw: bool = True,
     u0_name: str = "u0",
 ) -> Solution:
-    r"""Solve `equation` from `u(0) = u0` on `[0, T]` with `num_steps` uniform steps of `scheme`.
+    r"""Solve `equation` from `u(0) = u0` on `[0, T]` with a splitting scheme or a diffrax solver.
 
-    Each step of size `τ = T / num_steps` applies the scheme's substeps `(k, a)`: the sub-flow of
-    operator `k` over `a τ`, solved by one step of `scheme.inner`. Time-dependent controls are
-    handled by the augmented autonomous system: the clock advances only in operator 0's substeps,
-    so the composition keeps its order for interpolated controls too. The steps are a `lax.scan`,
-    so compile time does not grow with depth.
+    **Splitting schemes** (`LieTrotter()`, `Strang()`, `Yoshida4()`, ...): `num_steps` uniform
+    steps of size `τ = T / num_steps`; each applies the scheme's substeps `(k, a)`: the sub-flow
+    of operator `k` over `a τ`, solved by one step of `scheme.inner`. Time-dependent controls are
+    handled by the augmented autonomous system: the clock advances only in operator 0's
+    substeps, so the composition keeps its order for interpolated controls too. The steps are a
+    `lax.scan`, so compile time does not grow with depth. With `LieTrotter()` (explicit Euler
+    sub-flows) and one step per layer this is exactly the network: `LN(u + MHA(u))`, … for
+    post-norm, `u + MHA(LN(u))`, … for pre-norm.
+
+    **diffrax solvers** (`diffrax.Tsit5()`, `Dopri8()`, `Heun()`, `Kvaerno5()`, `KenCarp4()`,
+    `workbench.solvers.ClassicalRK4()`, ...): the continuous equation chosen by `formulation`
+    (`Natural()` for pre-norm, the default; `Projected()` — the projected ODE, the default for
+    post-norm — or `Penalty(ε)`), with fixed steps (`num_steps`) or adaptive ones
+    (`stepsize_controller=diffrax.PIDController(...)`). Piecewise-constant controls jump at layer
+    boundaries, so the solver restarts on every layer (a scan over layers).
 
     **Arguments:**
 
     - `equation`: the `Equation`.
     - `u0`: initial tokens `(n, d)`.
-    - `scheme`: a splitting scheme (`LieTrotter()`, `Strang()`, `Yoshida4()`, ...).
-    - `num_steps`: number of steps over `[0, T]`; a multiple of the layer count for
-      piecewise-constant controls.
+    - `method`: a splitting scheme or a diffrax solver.
+    - `num_steps`: number of uniform steps over `[0, T]`; a multiple of the layer count for
+      piecewise-constant controls. May be a traced integer (inside `jax.jit`), so a ladder of
+      step counts compiles once; `save_steps` then is not available.
+    - `stepsize_controller`: diffrax only: an adaptive controller (instead of `num_steps`).
+    - `formulation`: diffrax only: `None` (automatic), `Natural()`, `Projected()`,
+      `Penalty(epsilon)`.
+    - `dt0`: diffrax only: the initial step of an adaptive solve (`None`: diffrax's guess).
+    - `max_steps`: diffrax only: the most steps per layer.
     - `mask`: optional key padding mask `(n,)` (True = real token).
-    - `save_steps`: also return the state after every step.
-    - `throw`: raise if the initial state holds NaN/inf or a step produced them, naming the step
-      and time; with `False` the index is returned in `Solution.first_nonfinite_step` (for
-      sweeps under `vmap`).
+    - `save_steps`: splitting only: also return the state after every step.
+    - `throw`: raise if the initial state holds NaN/inf or the solve failed (NaN/inf, max steps),
+      naming the step (splitting) or layer (diffrax); with `False` the failure is returned in
+      `Solution.first_nonfinite_step` and `Solution.stats` (for sweeps under `vmap`).
     - `u0_name`: how error messages call the initial state.
 
     **Returns:** a `Solution`.
-
-    With `LieTrotter()` (explicit Euler sub-flows) and one step per layer this is exactly the
-    network: `LN(u + MHA(u))`, … for post-norm, `u + MHA(LN(u))`, … for pre-norm.
     """
-    if not isinstance(scheme, AbstractSplittingScheme):
-        raise ValueError(
-            f"scheme={scheme!r} is not a splitting scheme; pass e.g. workbench.schemes.LieTrotter(), "
-            "Strang(), Yoshida4() or Suzuki4()."
-        )
+    import diffrax
+
     check_tokens(u0, "u0")
-    num_steps = _check_num_steps(equation, num_steps)
+    if isinstance(method, diffrax.AbstractSolver):
+        from ._integrate_diffrax import integrate_diffrax
+
+        if save_steps:
+            raise ValueError(
+                "save_steps=True is only available with splitting schemes; with a diffrax solver "
+                "integrate layer by layer or call diffrax.diffeqsolve with a SaveAt."
+            )
+        return integrate_diffrax(
+            equation,
+            u0,
+            method,
+            num_steps=num_steps,
+            stepsize_controller=stepsize_controller,
+            formulation=formulation,
+            dt0=dt0,
+            max_steps=max_steps,
+            mask=mask,
+            throw=throw,
+            u0_name=u0_name,
+        )
+    if not isinstance(method, AbstractSplittingScheme):
+        raise ValueError(
+            f"method={method!r} is neither a splitting scheme nor a diffrax solver; pass e.g. "
+            "workbench.schemes.LieTrotter(), Strang(), Yoshida4(), Suzuki4(), or diffrax.Tsit5()."
+        )
+    for name, value in (
+        ("stepsize_controller", stepsize_controller),
+        ("formulation", formulation),
+        ("dt0", dt0),
+    ):
+        if value is not None:
+            raise ValueError(
+                f"{name}= applies to diffrax solvers only; splitting schemes take num_steps=."
+            )
+    scheme = method
     stages = scheme.stages(len(equation.operators))
     check_stages(stages, len(equation.operators), type(scheme).__name__)
-    tau = equation.t1 / num_steps
-    dtype = u0.dtype
-    pieces = np.minimum(
-        (np.arange(num_steps) * equation.num_pieces) // num_steps, equation.num_pieces - 1
-    )
-    t0s = jnp.asarray(np.arange(num_steps) * tau, dtype)
     rk = scheme.inner
+    per_step = len(stages) * rk.tableau.num_stages
 
-    def step(carry, x):
-        u, bad = carry
-        t0, piece, i = x
+    def advance(u, t0, tau, piece):
         local = equation.localize(piece)
         clock = t0
         for k, a in stages:
@@ -127,6 +178,24 @@ def integrate(
             u = local.subflow(k, rk, clock, u, h, mask, clock_moves=(k == 0))
             if k == 0:
                 clock = clock + h
+        return u
+
+    if isinstance(num_steps, jax.core.Tracer):
+        return _integrate_traced(
+            equation, u0, advance, num_steps, per_step, save_steps, throw, u0_name
+        )
+    num_steps = _check_num_steps(equation, num_steps)
+    tau = equation.t1 / num_steps
+    dtype = u0.dtype
+    pieces = np.minimum(
+        (np.arange(num_steps) * equation.num_pieces) // num_steps, equation.num_pieces - 1
+    )
+    t0s = jnp.asarray(np.arange(num_steps) * tau, dtype)
+
+    def step(carry, x):
+        u, bad = carry
+        t0, piece, i = x
+        u = advance(u, t0, tau, piece)
         bad = jnp.where((bad < 0) & ~jnp.all(jnp.isfinite(u)), i, bad)
         return (u, bad), (u if save_steps else None)
 
@@ -143,7 +212,7 @@ def integrate(
         ]
         branch = jnp.where(input_bad, 0, jnp.maximum(bad, 0) + 1)
         u1 = eqx.branched_error_if(u1, input_bad | (bad >= 0), branch, messages)
-    evals = num_steps * len(stages) * rk.tableau.num_stages
+    evals = num_steps * per_step
     return Solution(
         u1=u1,
         y=equation.output_map(u1),
@@ -152,4 +221,52 @@ def integrate(
         num_steps=num_steps,
         num_evaluations=evals,
         first_nonfinite_step=bad,
+        stats={"num_steps": jnp.asarray(num_steps), "num_evaluations": jnp.asarray(evals)},
+    )
+
+
+def _integrate_traced(equation, u0, advance, num_steps, per_step, save_steps, throw, u0_name):
+    """Splitting with a run-time step count: a `fori_loop` with a dynamic trip count."""
+    if save_steps:
+        raise ValueError(
+            "save_steps=True needs a static num_steps (a Python int); a traced num_steps gives a "
+            "run-time number of states."
+        )
+    dtype = u0.dtype
+    pieces = equation.num_pieces
+    num_steps = jnp.asarray(num_steps)
+    tau = jnp.asarray(equation.t1, dtype) / num_steps.astype(dtype)
+
+    def body(i, carry):
+        u, bad = carry
+        piece = jnp.minimum((i * pieces) // num_steps, pieces - 1)
+        u = advance(u, i.astype(dtype) * tau, tau, piece)
+        bad = jnp.where((bad < 0) & ~jnp.all(jnp.isfinite(u)), i, bad)
+        return u, bad
+
+    if equation.is_piecewise_constant:
+        num_steps = eqx.error_if(
+            num_steps,
+            num_steps % pieces != 0,
+            f"integrate: num_steps must be a multiple of the number of layers ({pieces}).",
+        )
+    u1, bad = jax.lax.fori_loop(0, num_steps, body, (u0, jnp.array(-1, num_steps.dtype)))
+    if throw:
+        input_bad = ~jnp.all(jnp.isfinite(u0))
+        messages = [
+            f"integrate: the initial state {u0_name} contains NaN or inf.",
+            "integrate: the state became NaN/inf (pass throw=False and read "
+            "Solution.first_nonfinite_step for the step). Check the inputs, or reduce the step.",
+        ]
+        branch = jnp.where(input_bad, 0, 1)
+        u1 = eqx.branched_error_if(u1, input_bad | (bad >= 0), branch, messages)
+    return Solution(
+        u1=u1,
+        y=equation.output_map(u1),
+        ts=None,
+        us=None,
+        num_steps=None,
+        num_evaluations=None,
+        first_nonfinite_step=bad,
+        stats={"num_steps": num_steps, "num_evaluations": num_steps * per_step},
     )

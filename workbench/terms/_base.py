@@ -41,6 +41,11 @@ class AbstractProjection(eqx.Module):
     def tangent(self, u: Tokens, v: Tokens) -> Tokens:
         """Orthogonal projection of a velocity `v` onto the tangent space (or cone) of `C` at `u ∈ C`."""
 
+    def retract(self, u: Tokens) -> Tokens:
+        """A smooth map onto `C` that is the identity on `C` (a retraction), used by projection
+        methods for the projected ODE (`Projected()`). By default the projection itself."""
+        return self(u)
+
     def substep(self, u: Tokens, tau=None) -> Tokens:
         """The constraint's substep map, `P_C(u)` for any step size."""
         del tau

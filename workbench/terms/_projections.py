@@ -59,6 +59,17 @@ class LayerNormProjection(AbstractProjection):
     def __call__(self, u: Tokens) -> Tokens:
         return self.normalize(u) * self.weight + self.bias
 
+    def retract(self, u: Tokens) -> Tokens:
+        r"""The map onto the set `{γ ⊙ w + β : w ∈ S1(0, 1)}` whose tangent spaces `tangent` uses:
+        `γ ⊙ N((u − β)/γ) + β` with the exact normalization `N` (no `eps`). It is the identity
+        on the set; with `γ = σ2`, `β = σ1` constant it is the Euclidean projection onto
+        `S1(σ1, σ2)`. (LayerNorm itself, `γ ⊙ N(u) + β`, is not the identity on that set when γ
+        is not constant.)"""
+        w = (u - self.bias) / self.weight
+        c = w - jnp.mean(w, axis=-1, keepdims=True)
+        c = c / jnp.sqrt(jnp.mean(c * c, axis=-1, keepdims=True))
+        return c * self.weight + self.bias
+
     def tangent(self, u: Tokens, v: Tokens) -> Tokens:
         r"""Project `v` onto the tangent space of the (affinely mapped) set at `u`.
 

@@ -1,0 +1,249 @@
+"""diffrax on the continuous equation: observed orders (pre-norm; projected post-norm), iterates on
+the constraint set, the penalty form's O(ε) distance and its stiffness, no recompilation across
+step counts, solver statistics, and the errors for misuse."""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+import pytest
+
+import workbench as wb
+
+from helpers import small_encoder
+
+# Step-count ladders (per 2-layer model) inside each method's asymptotic range, float64.
+PRE_NORM = [
+    (diffrax.Euler(), 1, [16, 22, 32, 46, 64]),
+    (diffrax.Heun(), 2, [16, 22, 32, 46, 64]),
+    (diffrax.Midpoint(), 2, [16, 22, 32, 46, 64]),
+    (diffrax.Ralston(), 2, [16, 22, 32, 46, 64]),
+    (diffrax.Bosh3(), 3, [16, 22, 32, 46, 64]),
+    (wb.solvers.ClassicalRK4(), 4, [16, 22, 32, 46, 64]),
+    (diffrax.Tsit5(), 5, [64, 76, 90, 108, 128]),
+    (diffrax.Dopri5(), 5, [64, 76, 90, 108, 128]),
+]
+
+
+@pytest.fixture(scope="module")
+def pre_norm():
+    rng = np.random.default_rng(0)
+    _, m = small_encoder(rng, d=16, heads=2, layers=2, dff=24, norm_first=True, activation="gelu")
+    u0 = jnp.asarray(rng.standard_normal((6, 16)))
+    # Reference: Dopri8 with 512 fixed steps per layer (error far below every ladder's).
+    ref = wb.integrate(m.equation, u0, diffrax.Dopri8(), num_steps=1024).u1
+    return m.equation, u0, ref
+
+
+@pytest.fixture(scope="module")
+def post_norm():
+    rng = np.random.default_rng(1)
+    _, m = small_encoder(rng, d=16, heads=2, layers=2, dff=24, norm_first=False, activation="gelu")
+    u0 = jnp.asarray(rng.standard_normal((6, 16)))
+    ref = wb.integrate(m.equation, u0, diffrax.Dopri8(), num_steps=1024).u1
+    return m.equation, u0, ref
+
+
+def _ladder_errors(equation, u0, ref, solver, ks, **kwargs):
+    solve = jax.jit(lambda k: wb.integrate(equation, u0, solver, num_steps=k, **kwargs).u1)
+    us = [solve(k) for k in ks]
+    # One compilation for the whole ladder: the step count is a run-time value.
+    assert solve._cache_size() == 1
+    return [float(jnp.max(jnp.abs(u - ref))) for u in us], us
+
+
+@pytest.mark.parametrize("solver,order,ks", PRE_NORM, ids=lambda x: type(x).__name__)
+def test_observed_order_pre_norm(pre_norm, solver, order, ks):
+    equation, u0, ref = pre_norm
+    errors, _ = _ladder_errors(equation, u0, ref, solver, ks)
+    fit = wb.analysis.fit_order(1.0 / np.asarray(ks), errors, asymptotic=False)
+    assert abs(fit.order - order) <= 0.3, (fit.order, errors)
+
+
+def test_dopri8_reaches_order_seven_before_the_floor(pre_norm):
+    equation, u0, ref = pre_norm
+    ks = [4, 6, 8, 10, 12]
+    errors, _ = _ladder_errors(equation, u0, ref, diffrax.Dopri8(), ks)
+    fit = wb.analysis.fit_order(1.0 / np.asarray(ks), errors, asymptotic=False)
+    assert fit.order >= 7.0, (fit.order, errors)
+
+
+@pytest.mark.parametrize(
+    "solver,order",
+    [(diffrax.Euler(), 1), (diffrax.Heun(), 2), (wb.solvers.ClassicalRK4(), 4)],
+    ids=lambda x: type(x).__name__,
+)
+def test_projected_post_norm_order_and_constraint(post_norm, solver, order):
+    equation, u0, ref = post_norm
+    ks = [16, 22, 32, 46, 64]
+    errors, us = _ladder_errors(equation, u0, ref, solver, ks)
+    fit = wb.analysis.fit_order(1.0 / np.asarray(ks), errors, asymptotic=False)
+    assert abs(fit.order - order) <= 0.3, (fit.order, errors)
+    # Every iterate on S: the last layer's LayerNorm set {γ ⊙ w + β : mean w = 0, var w = 1}.
+    ln = equation.operators[-1].projection.evaluate(1.5)
+    for u in us:
+        w = (u - ln.bias) / ln.weight
+        assert float(jnp.max(jnp.abs(w.mean(-1)))) < 1e-12
+        assert float(jnp.max(jnp.abs(w.var(-1) - 1))) < 1e-12
+
+
+def test_projected_field_is_tangent_and_matches_the_orthogonal_projection_for_s1():
+    """For S1 (constant γ, β) the tangent map of the retraction is the orthogonal projection."""
+    rng = np.random.default_rng(2)
+    p = wb.terms.LayerNormProjection.onto_s1(8, 0.3, 1.7)
+    u = p(jnp.asarray(rng.standard_normal((5, 8))))
+    v = jnp.asarray(rng.standard_normal((5, 8)))
+    jvp = jax.jvp(p.retract, (u,), (v,))[1]
+    np.testing.assert_allclose(jvp, p.tangent(u, v), atol=1e-13)
+    np.testing.assert_allclose(p.retract(u), u, atol=1e-14)
+
+
+def test_penalty_converges_to_the_projected_ode_at_order_one(post_norm):
+    equation, u0, ref = post_norm
+    eps = np.array([1e-1, 1e-2, 1e-3])
+    controller = diffrax.PIDController(rtol=1e-9, atol=1e-9)
+    # Newton (not diffrax's default chord iteration): the penalty is nonlinear.
+    solver = diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-11, atol=1e-11))
+    dist = [
+        float(
+            jnp.max(
+                jnp.abs(
+                    wb.integrate(
+                        equation,
+                        u0,
+                        solver,
+                        formulation=wb.Penalty(float(e)),
+                        stepsize_controller=controller,
+                        max_steps=100_000,
+                    ).u1
+                    - ref
+                )
+            )
+        )
+        for e in eps
+    ]
+    fit = wb.analysis.fit_order(eps, dist, asymptotic=False)
+    assert abs(fit.order - 1.0) <= 0.2, (fit.order, dist)
+
+
+def test_imex_takes_far_fewer_steps_than_tsit5_on_the_stiff_penalty():
+    rng = np.random.default_rng(3)
+    _, m = small_encoder(rng, d=8, heads=2, layers=1, dff=8, norm_first=False, activation="gelu")
+    u0 = jnp.asarray(rng.standard_normal((3, 8)))
+    controller = diffrax.PIDController(rtol=1e-6, atol=1e-6)
+    count = {}
+    newton = optx.Newton(rtol=1e-8, atol=1e-8)
+    solvers = (diffrax.KenCarp4(root_finder=newton), diffrax.Kvaerno5(root_finder=newton))
+    for solver in (*solvers, diffrax.Tsit5()):
+        sol = wb.integrate(
+            m.equation,
+            u0,
+            solver,
+            formulation=wb.Penalty(1e-5),
+            stepsize_controller=controller,
+            max_steps=200_000,
+        )
+        count[type(solver).__name__] = int(sol.stats["num_steps"])
+    assert count["Tsit5"] >= 20 * count["KenCarp4"], count
+    assert count["Tsit5"] >= 20 * count["Kvaerno5"], count
+
+
+def test_statistics_count_steps_and_evaluations(pre_norm):
+    equation, u0, _ = pre_norm
+    sol = wb.integrate(equation, u0, wb.solvers.ClassicalRK4(), num_steps=8)
+    assert int(sol.stats["num_steps"]) == 8 and int(sol.stats["num_rejected_steps"]) == 0
+    assert int(sol.stats["num_evaluations"]) == 4 * 8
+    # Tsit5 is first-same-as-last: 6 new stages per step plus one per layer restart.
+    sol = wb.integrate(equation, u0, diffrax.Tsit5(), num_steps=8)
+    assert int(sol.stats["num_evaluations"]) == 6 * 8 + 2
+    adaptive = wb.integrate(
+        equation,
+        u0,
+        diffrax.Tsit5(),
+        stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+    )
+    s = adaptive.stats
+    assert int(s["num_steps"]) == int(s["num_accepted_steps"]) + int(s["num_rejected_steps"])
+
+
+def test_diffrax_matches_the_splitting_path_for_euler_one_step_per_layer(pre_norm):
+    """Euler on the unsplit pre-norm field with τ = 1 is `u + A(P u) + F(P u)` per layer, which the
+    Lie splitting with Euler sub-flows is not; but with one operator they coincide. Compare instead
+    diffrax's RK4 with the workbench's own RK4 step on the full field."""
+    equation, u0, _ = pre_norm
+    sol = wb.integrate(equation, u0, wb.solvers.ClassicalRK4(), num_steps=4).u1
+    rk = wb.schemes.RK4()
+    u = u0
+    for layer in range(2):
+        local = equation.localize(layer)
+        for i in range(2):
+            t = layer + 0.5 * i
+            u = rk.step(lambda s, v: local.vector_field(s, v), t, u, 0.5)
+    np.testing.assert_allclose(sol, u, rtol=1e-13, atol=1e-13)
+
+
+def test_throw_false_reports_the_failing_layer(pre_norm):
+    equation, u0, _ = pre_norm
+    sol = wb.integrate(
+        equation,
+        u0,
+        diffrax.Tsit5(),
+        stepsize_controller=diffrax.PIDController(rtol=1e-12, atol=1e-12),
+        max_steps=3,
+        throw=False,
+    )
+    assert int(sol.stats["failed_piece"]) == 0 and int(sol.stats["result"]) != 0
+    with pytest.raises(eqx.EquinoxRuntimeError, match="failed on layer 0"):
+        wb.integrate(
+            equation,
+            u0,
+            diffrax.Tsit5(),
+            stepsize_controller=diffrax.PIDController(rtol=1e-12, atol=1e-12),
+            max_steps=3,
+        )
+
+
+def test_errors_for_misuse(pre_norm, post_norm):
+    eq_pre, u0, _ = pre_norm
+    eq_post, _, _ = post_norm
+    pid = diffrax.PIDController(rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="IMEX solver"):
+        wb.integrate(eq_pre, u0, diffrax.KenCarp4(), stepsize_controller=pid)
+    with pytest.raises(ValueError, match="no error estimate"):
+        wb.integrate(eq_pre, u0, wb.solvers.ClassicalRK4(), stepsize_controller=pid)
+    with pytest.raises(ValueError, match="not both"):
+        wb.integrate(eq_pre, u0, diffrax.Tsit5(), num_steps=4, stepsize_controller=pid)
+    with pytest.raises(ValueError, match="pass num_steps= .* or an adaptive"):
+        wb.integrate(eq_pre, u0, diffrax.Tsit5())
+    with pytest.raises(ValueError, match="rtol=0.0 must be > 0"):
+        wb.integrate(
+            eq_pre,
+            u0,
+            diffrax.Tsit5(),
+            stepsize_controller=diffrax.PIDController(rtol=0.0, atol=1e-6),
+        )
+    with pytest.raises(ValueError, match="Penalty.epsilon=-1"):
+        wb.Penalty(-1.0)
+    with pytest.raises(ValueError, match="needs a post-norm equation"):
+        wb.integrate(eq_pre, u0, diffrax.Tsit5(), num_steps=4, formulation=wb.Projected())
+    with pytest.raises(ValueError, match="ignores the constraints"):
+        wb.integrate(eq_post, u0, diffrax.Tsit5(), num_steps=4, formulation=wb.Natural())
+    with pytest.raises(ValueError, match="multiple of the number of layers"):
+        wb.integrate(eq_pre, u0, diffrax.Tsit5(), num_steps=3)
+    with pytest.raises(ValueError, match="neither a splitting scheme nor a diffrax solver"):
+        wb.integrate(eq_pre, u0, "rk4", num_steps=4)
+    with pytest.raises(ValueError, match="apply to diffrax solvers only|applies to diffrax"):
+        wb.integrate(eq_pre, u0, wb.schemes.Strang(), num_steps=4, stepsize_controller=pid)
+
+
+def test_traced_step_count_for_splitting_schemes_compiles_once(pre_norm):
+    equation, u0, _ = pre_norm
+    scheme = wb.schemes.Strang()
+    solve = jax.jit(lambda k: wb.integrate(equation, u0, scheme, num_steps=k).u1)
+    for k in (2, 4, 8):
+        np.testing.assert_allclose(
+            solve(k), wb.integrate(equation, u0, scheme, num_steps=k).u1, rtol=1e-13, atol=1e-13
+        )
+    assert solve._cache_size() == 1

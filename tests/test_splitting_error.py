@@ -1,0 +1,286 @@
+"""Value tests of the splitting-error analysis (`workbench.analysis._splitting`) and its study.
+
+Oracles: a linear equation whose flows are matrix exponentials (SciPy `expm`), where the Lie error
+and the commutator are closed-form; central differences for the JVPs; diffrax Dopri8 for the exact
+flow; `workbench.integrate` for the network schemes; observed orders by `fit_order` in float64.
+"""
+
+import diffrax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+import workbench as wb
+import workbench.analysis as wba
+from studies import splitting_error
+from tests.helpers import small_encoder
+
+S = wb.schemes
+RK4 = S.RK4()
+
+
+def _pre_norm(rng, layers=1):
+    _, m = small_encoder(
+        rng, d=8, heads=2, layers=layers, dff=16, norm_first=True, activation="gelu"
+    )
+    return m.equation
+
+
+def _post_norm(equation, d=8):
+    s1 = wb.terms.LayerNormProjection.onto_s1(d, dtype=jnp.float64)
+    proj = wb.PiecewiseConstant(wb.stack([s1] * equation.num_pieces))
+    return wb.Equation(
+        tuple(wb.Operator(op.term, proj) for op in equation.operators), wb.PostNorm()
+    )
+
+
+def _linear(rng, d=5):
+    wa, wf = 0.7 * rng.standard_normal((d, d)), 0.7 * rng.standard_normal((d, d))
+    ops = tuple(
+        wb.Operator(wb.Constant(wb.terms.LinearKernel(jnp.asarray(w), None))) for w in (wa, wf)
+    )
+    return wb.Equation(ops, wb.PreNorm()), wa, wf
+
+
+def _norms(e):
+    return np.linalg.norm(np.asarray(e).reshape(len(e), -1), axis=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Closed-form oracle: linear fields A(u) = u W_A, F(u) = u W_F
+
+
+def test_linear_commutator_and_lie_error_closed_form(rng):
+    eq, wa, wf = _linear(rng)
+    u = rng.standard_normal((3, 5))
+    c = np.asarray(wba.vector_field_commutator(eq, jnp.asarray(u)))
+    # [A, F](u) = F'(u)A(u) − A'(u)F(u) = u (W_A W_F − W_F W_A).
+    np.testing.assert_allclose(c, u @ (wa @ wf - wf @ wa), rtol=1e-13, atol=1e-13)
+    taus = np.array([0.2, 0.1, 0.05])
+    e = wba.local_errors(
+        eq, jnp.asarray(u), taus, S.LieTrotter(), subflow_solver=RK4, subflow_substeps=32
+    )
+    for tau, got in zip(taus, e):
+        exact = u @ scipy.linalg.expm(tau * wa) @ scipy.linalg.expm(
+            tau * wf
+        ) - u @ scipy.linalg.expm(tau * (wa + wf))
+        np.testing.assert_allclose(got, exact, rtol=1e-7, atol=1e-11)
+
+
+def test_commutator_jvps_match_central_differences(rng):
+    eq = _pre_norm(rng).localize(0)
+    u = jnp.asarray(rng.standard_normal((4, 8)))
+    a_field, f_field = wba.operator_fields(eq)
+    a, f = a_field(u), f_field(u)
+    h = 1e-5
+    fa = (f_field(u + h * a) - f_field(u - h * a)) / (2 * h)
+    af = (a_field(u + h * f) - a_field(u - h * f)) / (2 * h)
+    c = wba.vector_field_commutator(eq, u)
+    np.testing.assert_allclose(c, fa - af, rtol=1e-7, atol=1e-8)
+    # Antisymmetry, and the fields sum to the equation's field.
+    np.testing.assert_allclose(
+        wba.vector_field_commutator(eq, u, first=1, second=0), -c, atol=1e-14
+    )
+    np.testing.assert_allclose(a + f, eq.vector_field(0.0, u), atol=1e-14)
+
+
+# ----------------------------------------------------------------------------------------------
+# The Lie leading term on the Transformer equation (pre-norm, float64)
+
+
+def test_lie_local_error_vector_is_half_tau_squared_commutator(rng):
+    eq = _pre_norm(rng)
+    u = jnp.asarray(rng.standard_normal((4, 8)))
+    taus = 2.0 ** -np.arange(4, 11)
+    e = wba.local_errors(eq, u, taus, S.LieTrotter(), subflow_solver=RK4, subflow_substeps=8)
+    c = np.asarray(wba.vector_field_commutator(eq.localize(0), u))
+    pred = taus[:, None, None] ** 2 / 2 * c
+    dev = _norms(e - pred) / _norms(pred)
+    # The vector (not only the norm) agrees, with an O(τ) remainder: the deviation halves with τ.
+    assert dev[-1] < 5e-3, dev
+    np.testing.assert_allclose(dev[:-1] / dev[1:], 2.0, rtol=0.05)
+    ratio = _norms(e) / _norms(pred)
+    assert abs(ratio[-1] - 1) < 0.05, ratio  # acceptance: within 5 % at the smallest τ
+    # The opposite sign convention (A'F − F'A) would be off by 2‖pred‖, not by O(τ).
+    assert np.all(_norms(e + pred) / _norms(pred) > 1.9)
+
+
+def test_exact_step_matches_dopri8(rng):
+    eq = _pre_norm(rng).localize(0)
+    u = jnp.asarray(rng.standard_normal((4, 8)))
+    got = wba.exact_step(eq, u, 0.5, substeps=64)
+    ref = diffrax.diffeqsolve(
+        diffrax.ODETerm(lambda t, y, args: eq.vector_field(t, y)),
+        diffrax.Dopri8(),
+        0.0,
+        0.5,
+        0.05,
+        u,
+        stepsize_controller=diffrax.PIDController(rtol=1e-14, atol=1e-14),
+        max_steps=10_000,
+    ).ys[-1]
+    np.testing.assert_allclose(got, ref, atol=1e-10)
+
+
+@pytest.mark.parametrize("scheme", [S.LieTrotter(), S.Strang(), S.Yoshida4()])
+def test_network_steps_match_integrate(rng, scheme):
+    eq = _pre_norm(rng, layers=2)
+    u = jnp.asarray(rng.standard_normal((4, 8)))
+    ours = wba.splitting_flow(eq, u, scheme, 3)
+    theirs = wb.integrate(eq, u, scheme, num_steps=6).u1
+    np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=1e-13)
+
+
+# ----------------------------------------------------------------------------------------------
+# Observed orders (local slopes and global orders), pre-norm and post-norm
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(7)
+    pre = _pre_norm(rng, layers=2)
+    u0 = jnp.asarray(rng.standard_normal((4, 8)))
+    return {"pre": pre, "post": _post_norm(pre)}, u0
+
+
+LOCAL_TAUS = 2.0 ** -np.arange(2, 9)
+GLOBAL_KS = (2, 4, 8, 16, 32)
+CASES = [  # placement, method, expected local slope, expected global order
+    ("pre", S.LieTrotter(), 2, 1),
+    ("pre", S.Strang(), 3, 2),
+    ("pre", S.Yoshida4(), 5, 4),
+    ("pre", S.RK4(), 5, 4),
+    ("post", S.LieTrotter(), 2, 1),
+    ("post", S.Strang(), 2, 1),  # the projection after each sub-flow costs Strang its order
+    ("post", S.RK4(), 5, 4),  # the projection method keeps RK4's order
+]
+
+
+@pytest.mark.parametrize("placement, method, local_order, global_order", CASES)
+def test_observed_orders(problem, placement, method, local_order, global_order):
+    eqs, u0 = problem
+    eq = eqs[placement]
+    e = _norms(
+        wba.local_errors(
+            eq,
+            u0,
+            LOCAL_TAUS,
+            method,
+            subflow_solver=RK4,
+            subflow_substeps=8,
+            reference_substeps=64,
+        )
+    )
+    fit = wba.fit_order(LOCAL_TAUS, e)
+    assert abs(fit.order - local_order) <= 0.3, (fit.order, fit.local_orders)
+    g = wba.global_errors(
+        eq,
+        u0,
+        GLOBAL_KS,
+        method,
+        subflow_solver=RK4,
+        subflow_substeps=8,
+        reference_steps_per_layer=512,
+    )
+    gfit = wba.fit_order(1.0 / np.asarray(GLOBAL_KS), g)
+    assert abs(gfit.order - global_order) <= 0.3, (gfit.order, gfit.local_orders, g)
+    assert g.min() > 1e-12, "round-off floor: the fit would be meaningless"
+
+
+def test_post_norm_flow_stays_on_s1(problem):
+    eqs, u0 = problem
+    s1 = wb.terms.LayerNormProjection.onto_s1(8, dtype=jnp.float64)
+    for method in (S.Strang(), None):
+        u = np.asarray(wba.splitting_flow(eqs["post"], u0, method, 4))
+        np.testing.assert_allclose(u, np.asarray(s1(jnp.asarray(u))), atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# The study, at its smoke size
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("splitting")
+    config = splitting_error.smoke_config()
+    return config, splitting_error.main(config, out), out
+
+
+def test_study_acceptance_numbers(study):
+    config, res, out = study
+    com = res["commutator"]
+    assert abs(com["smallest_tau_ratio"] - 1) < 0.05 and com["within_5_percent"]
+    assert com["vector_relative_deviation"][-1] < 0.01
+    rows = {(r["placement"], r["scheme"], r["subflows"]): r for r in res["rows"]}
+    assert abs(rows["pre", "strang", "exact"]["local_fit"]["order"] - 3) <= 0.3
+    assert abs(rows["pre", "lie", "exact"]["global_fit"]["order"] - 1) <= 0.3
+    assert abs(rows["post", "strang", "exact"]["global_fit"]["order"] - 1) <= 0.3
+    assert "within 5 % of 1" in res["report"] and "(within 3 ± 0.3)" in res["report"]
+    if wb.report.have_matplotlib():
+        for name in ("splitting_local_error", "splitting_global_error", "splitting_placement"):
+            assert (out / f"{name}.png").stat().st_size > 10_000
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_bad_library_input(rng):
+    eq = _pre_norm(rng)
+    u = jnp.asarray(rng.standard_normal((4, 8)))
+    with pytest.raises(ValueError, match="neither a splitting scheme nor"):
+        wba.local_errors(eq, u, [0.1, 0.05], "strang")
+    with pytest.raises(ValueError, match="subflow_substeps=0 must be a positive integer"):
+        wba.local_errors(eq, u, [0.1], S.Strang(), subflow_substeps=0)
+    with pytest.raises(ValueError, match=r"layer=3 must be an integer in \[0, 1\)"):
+        wba.local_errors(eq, u, [0.1], S.Strang(), layer=3)
+    with pytest.raises(ValueError, match="must be a non-empty list of steps > 0"):
+        wba.local_errors(eq, u, [0.1, -0.1], S.Strang())
+    with pytest.raises(ValueError, match="subflow_solver="):
+        wba.splitting_flow(eq, u, S.Strang(), 2, subflow_solver=S.Strang())
+    with pytest.raises(ValueError, match="steps_per_layer=0 must be a positive integer"):
+        wba.global_errors(eq, u, [2, 0], S.Strang())
+    with pytest.raises(ValueError, match="first=1 and second=1 must differ"):
+        wba.vector_field_commutator(eq, u, first=1, second=1)
+    with pytest.raises(ValueError, match=r"second=2 must be an operator index in \[0, 2\)"):
+        wba.vector_field_commutator(eq, u, second=2)
+    with pytest.raises(ValueError, match=r"shape \(n, d\)"):
+        wba.local_errors(eq, u[None], [0.1], S.Strang())
+    interp = wb.Equation(
+        tuple(
+            wb.Operator(wb.Interpolated(op.term.values), wb.Interpolated(op.projection.values))
+            for op in eq.operators
+        ),
+        eq.placement,
+    )
+    with pytest.raises(ValueError, match="piecewise-constant controls"):
+        wba.local_errors(interp, u, [0.1], S.Strang())
+    post = _post_norm(eq)
+    other = wb.PiecewiseConstant(
+        wb.stack([wb.terms.LayerNormProjection.onto_s1(8, sigma2=2.0, dtype=jnp.float64)])
+    )
+    mixed = wb.Equation(
+        (post.operators[0], wb.Operator(post.operators[1].term, other)), wb.PostNorm()
+    )
+    with pytest.raises(ValueError, match="project onto different sets"):
+        wba.local_errors(mixed, u, [0.1], S.Strang())
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("schemes", ("lie", "trotter"), "schemes: 'trotter' is not known; valid: lie, strang"),
+        ("placements", ("middle",), "placements: 'middle' is not known; valid: pre, post"),
+        ("num_heads", 3, r"num_heads=3 does not divide d=8; valid head counts: \[1, 2, 4, 8\]"),
+        ("local_taus", (0.1, 0.05), "local_taus=.* needs at least 3 steps > 0"),
+        ("steps_per_layer", (1, 2, 0), "steps_per_layer=.* needs at least 3 positive"),
+        ("subflow_substeps", 0, "subflow_substeps=0 must be >= 1"),
+    ],
+)
+def test_bad_config(tmp_path, field, value, match):
+    import dataclasses
+
+    config = dataclasses.replace(splitting_error.smoke_config(), **{field: value})
+    with pytest.raises(ValueError, match=match):
+        splitting_error.main(config, tmp_path)

@@ -1,0 +1,212 @@
+"""Value tests of `workbench.analysis` stability tools: stability polynomials from Butcher data,
+predicted vs observed maximal stable steps on linear fields with known spectra, dense vs
+matrix-free spectra, Lipschitz and Lyapunov oracles, and bad input."""
+
+import math
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+import workbench as wb
+from workbench import analysis as wa
+
+from helpers import small_encoder
+
+S = wb.schemes
+
+
+@pytest.mark.parametrize(
+    "method, coeffs",
+    [
+        (S.Euler(), [1, 1]),
+        (S.Heun(), [1, 1, 1 / 2]),
+        (S.Midpoint(), [1, 1, 1 / 2]),
+        (S.RK4(), [1, 1, 1 / 2, 1 / 6, 1 / 24]),
+        (diffrax.Ralston(), [1, 1, 1 / 2]),
+        (diffrax.Bosh3(), [1, 1, 1 / 2, 1 / 6]),
+        (diffrax.Dopri5(), [1, 1, 1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 600]),
+    ],
+)
+def test_stability_polynomials(method, coeffs):
+    r = wa.stability_function(method)
+    np.testing.assert_allclose(r.coefficients, coeffs, rtol=1e-13, atol=1e-15)
+    # R(z) = 1 + z bᵀ(I − zA)⁻¹1 evaluated directly, at complex points.
+    z = np.array([-2.5 + 0.3j, 0.7j, -1.0])
+    tab = S.RK4.tableau if isinstance(method, S.RK4) else None
+    if tab is not None:
+        a, b = tab.a_matrix, np.asarray(tab.b)
+        direct = [1 + zz * b @ np.linalg.solve(np.eye(4) - zz * a, np.ones(4)) for zz in z]
+        np.testing.assert_allclose(r(z), direct, rtol=1e-13)
+
+
+def test_splitting_region_commuting_case():
+    # Lie with Euler sub-steps on two commuting operators, λ_k = z/2: (1 + z/2)².
+    r = wa.stability_function(S.LieTrotter(), weights=(0.5, 0.5))
+    np.testing.assert_allclose(r.coefficients, [1, 1, 0.25], atol=1e-15)
+    # Strang with exact-ish commuting pieces is the product of the midpoint polynomials.
+    z = np.array([-1.3 + 0.4j])
+    mid = wa.stability_function(S.Midpoint())
+    r2 = wa.stability_function(S.Strang(), weights=(0.3, 0.7))
+    np.testing.assert_allclose(r2(z), mid(0.15 * z) ** 2 * mid(0.7 * z), rtol=1e-13)
+    # The matrix step map of commuting diagonal operators has those eigenvalues.
+    j1, j2 = np.diag([-1.0, -2.0]), np.diag([-3.0, -0.5])
+    m = wa.step_matrix(S.Strang(), [j1, j2], 0.4)
+    expect = mid(0.2 * np.diag(j1)) ** 2 * mid(0.4 * np.diag(j2))
+    np.testing.assert_allclose(np.diag(m), expect.real, rtol=1e-13)
+
+
+def test_predicted_steps_closed_form():
+    L = 7.0
+    assert wa.max_stable_step(S.Euler(), [-L]) == pytest.approx(2 / L, rel=1e-12)
+    assert wa.max_stable_step(S.Heun(), [-L]) == pytest.approx(2 / L, rel=1e-12)
+    assert wa.max_stable_step(S.RK4(), [-L]) == pytest.approx(2.785293563405 / L, rel=1e-10)
+    # RK4 on the imaginary axis: |R(iy)| ≤ 1 up to y = 2√2; Euler/Heun never.
+    assert wa.max_stable_step(S.RK4(), [3j]) == pytest.approx(2 * math.sqrt(2) / 3, rel=1e-9)
+    assert wa.max_stable_step(S.Euler(), [3j]) == 0.0
+    assert wa.max_stable_step(S.Heun(), [0.1 - 1j]) == 0.0
+    # Euler on λ = −a + ib: |1 + τλ| = 1 at τ = 2a/|λ|².
+    lam = -1.5 + 2.0j
+    assert wa.max_stable_step(S.Euler(), [lam]) == pytest.approx(3 / abs(lam) ** 2, rel=1e-12)
+    assert wa.max_stable_step(S.RK4(), [0.0]) == math.inf
+
+
+def _matrix_with_spectrum(eigs, rng):
+    blocks = []
+    for lam in eigs:
+        if lam.imag > 0:
+            blocks.append(np.array([[lam.real, lam.imag], [-lam.imag, lam.real]]))
+        elif lam.imag == 0:
+            blocks.append(np.array([[lam.real]]))
+    d = scipy.linalg.block_diag(*blocks)
+    s = np.eye(len(d)) + 0.3 * rng.normal(size=d.shape) / np.sqrt(len(d))
+    return s @ d @ np.linalg.inv(s)
+
+
+@pytest.mark.parametrize("kind", ["real", "complex"])
+def test_predicted_vs_observed_within_two_percent(kind, rng):
+    if kind == "real":
+        eigs = -np.geomspace(0.1, 10.0, 8) + 0j
+    else:
+        pairs = np.geomspace(0.5, 10.0, 4) * np.exp(1j * np.linspace(0.55, 0.95, 4) * np.pi)
+        eigs = np.concatenate([pairs, pairs.conj()])
+    jac = _matrix_with_spectrum(eigs, rng)
+    np.testing.assert_allclose(
+        np.sort_complex(np.linalg.eigvals(jac)), np.sort_complex(eigs), atol=1e-9
+    )
+    for method in (S.Euler(), S.Heun(), S.RK4()):
+        pred = wa.max_stable_step(method, eigs)
+        obs = wa.observed_max_stable_step(
+            method, jac, np.eye(8), tau_max=3 * pred, num_steps=2000, growth=1e3
+        )
+        assert abs(obs / pred - 1) <= 0.02, (type(method).__name__, pred, obs)
+        # Prediction from the step matrix's spectral radius agrees with the polynomial roots.
+        pm = wa.max_stable_step_matrix(method, jac, tau_max=3 * pred)
+        assert pm == pytest.approx(pred, rel=1e-5)
+
+
+def test_splitting_non_commuting_observed_matches_matrix_prediction(rng):
+    q1, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    q2, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    mats = [
+        -q1 @ np.diag(np.geomspace(0.1, 1, 6)) @ q1.T,
+        -q2 @ np.diag(np.geomspace(0.3, 3, 6)) @ q2.T,
+    ]
+    pred = wa.max_stable_step_matrix(S.LieTrotter(), mats, tau_max=4.0)
+    obs = wa.observed_max_stable_step(S.LieTrotter(), mats, np.eye(6), tau_max=4.0, num_steps=2000)
+    assert abs(obs / pred - 1) <= 0.02
+
+
+@pytest.fixture(scope="module")
+def prenorm():
+    _, m = small_encoder(
+        np.random.default_rng(3), d=8, heads=2, layers=2, dff=12, norm_first=True, activation="gelu"
+    )
+    u = jnp.asarray(np.random.default_rng(4).normal(size=(4, 8)))
+    return m, u
+
+
+def test_dense_vs_arnoldi_and_term_sum(prenorm):
+    m, u = prenorm
+    fields = wa.term_fields(m.equation, 0.5)
+    dense = wa.jacobian_spectrum(fields["full"], u)
+    ritz = wa.arnoldi_eigenvalues(fields["full"], u, num_eigenvalues=4, krylov_dim=u.size)
+    np.testing.assert_allclose(ritz, dense[:4], atol=1e-8 * abs(dense[0]))
+    # The full Jacobian is the sum of the per-operator ones (the field is their sum).
+    js = {k: wa.jacobian_matrix(f, u) for k, f in fields.items()}
+    np.testing.assert_allclose(js["attention"] + js["feed-forward"], js["full"], atol=1e-12)
+    # ... and the field itself is the equation's.
+    np.testing.assert_allclose(fields["full"](u), m.equation.vector_field(0.5, u), atol=1e-14)
+
+
+def test_lipschitz_of_linear_map_is_spectral_norm(rng):
+    a = rng.normal(size=(5, 7))
+    est = wa.lipschitz_estimate(lambda v: jnp.asarray(a) @ v, jnp.ones(7), num_iter=500)
+    assert est == pytest.approx(np.linalg.norm(a, 2), rel=1e-8)
+
+
+def test_lyapunov_of_constant_linear_map(rng):
+    q, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    sym = q @ np.diag([2.0, 1.0, 0.5, 0.25]) @ q.T
+    a = jnp.asarray(sym)
+    # Finite L: exactly (1/L) log|diag R| of QR(A^L Q_0), Q_0 the function's start frame.
+    exps, orbit = wa.lyapunov_exponents([lambda v: a @ v] * 10, jnp.ones(4))
+    q0, _ = jnp.linalg.qr(jax.random.normal(jax.random.key(0), (4, 4), jnp.float64))
+    r = np.linalg.qr(np.linalg.matrix_power(sym, 10) @ np.asarray(q0))[1]
+    np.testing.assert_allclose(exps, np.sort(np.log(np.abs(np.diag(r))) / 10)[::-1], atol=1e-12)
+    np.testing.assert_allclose(orbit[-1], np.linalg.matrix_power(sym, 10) @ np.ones(4), rtol=1e-12)
+    # Long horizon: log singular values (= log|eig|, symmetric), error O(1/L).
+    exps, _ = wa.lyapunov_exponents([lambda v: a @ v] * 2000, jnp.ones(4))
+    np.testing.assert_allclose(exps, np.log([2.0, 1.0, 0.5, 0.25]), atol=2e-3)
+    # Non-normal map with known eigenvalues: exponents tend to log|eig|.
+    t = np.array([[1.5, 3.0], [0.0, 0.5]])
+    exps, _ = wa.lyapunov_exponents([lambda v: jnp.asarray(t) @ v] * 2000, jnp.ones(2))
+    np.testing.assert_allclose(exps, np.log([1.5, 0.5]), atol=3e-3)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="no explicit Butcher tableau"):
+        wa.stability_function(object())
+    with pytest.raises(ValueError, match="implicit"):
+        wa.stability_function(diffrax.Kvaerno3())
+    with pytest.raises(ValueError, match="tol=-1"):
+        wa.max_stable_step(S.Euler(), [-1.0], tol=-1)
+    with pytest.raises(ValueError, match="NaN"):
+        wa.max_stable_step(S.Euler(), [np.nan])
+    with pytest.raises(ValueError, match="tau_max=0"):
+        wa.observed_max_stable_step(S.Euler(), -np.eye(2), np.eye(2), tau_max=0)
+    with pytest.raises(ValueError, match="num_steps=0"):
+        wa.observed_max_stable_step(S.Euler(), -np.eye(2), np.eye(2), tau_max=1.0, num_steps=0)
+    with pytest.raises(ValueError, match="growth=0.5"):
+        wa.observed_max_stable_step(S.Euler(), -np.eye(2), np.eye(2), tau_max=1.0, growth=0.5)
+    with pytest.raises(ValueError, match="needs a method with a `step`"):
+        wa.observed_max_stable_step(diffrax.Tsit5(), -np.eye(2), np.eye(2), tau_max=1.0)
+    with pytest.raises(ValueError, match="weights"):
+        wa.stability_function(S.Strang(), weights=())
+    with pytest.raises(ValueError, match="square"):
+        wa.step_matrix(S.Euler(), np.ones((2, 3)), 0.1)
+    with pytest.raises(ValueError, match="krylov_dim"):
+        wa.arnoldi_eigenvalues(lambda v: v, jnp.ones(3), num_eigenvalues=5, krylov_dim=4)
+
+
+def test_study_smoke(tmp_path):
+    from studies import stability
+
+    config = stability.smoke_config()
+    res = stability.main(config, tmp_path)
+    for row in res["linear"]:
+        if row["case"] in ("real", "complex"):
+            assert abs(row["rel_diff"]) <= 0.02, row
+    for layer in res["model"]:
+        assert layer["arnoldi_rel_error"] < 1e-5
+        for r in layer["steps"].values():
+            # Observed ≥ predicted (the growth bound lets a slow exit pass), close for RK4.
+            assert r["observed"] >= r["predicted"] * (1 - 1e-3)
+        assert layer["steps"]["rk4"]["rel_diff"] < 0.02
+    assert res["lipschitz"]["vs_beta"][-1] > res["lipschitz"]["vs_beta"][0]
+    assert (tmp_path / "stability_regions.png").exists()
+    with pytest.raises(ValueError, match="methods"):
+        stability.main(stability.Config(methods=("bogus",)), tmp_path)

@@ -1,0 +1,250 @@
+"""The diffrax path of `integrate`: the continuous equation with any diffrax solver."""
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._equation import Equation
+from ._formulations import AbstractFormulation, default_formulation
+from .solvers._projected import ProjectedSolver
+from .solvers._rk4 import ClassicalRK4
+
+
+def _is_imex(solver) -> bool:
+    structure = solver.term_structure
+    return structure is diffrax.MultiTerm or getattr(structure, "__origin__", None) is (
+        diffrax.MultiTerm
+    )
+
+
+def _unwrap(solver):
+    while isinstance(solver, diffrax.AbstractWrappedSolver):
+        solver = solver.solver
+    return solver
+
+
+def _has_error_estimate(solver) -> bool:
+    inner = _unwrap(solver)
+    if isinstance(inner, ClassicalRK4) or not isinstance(inner, diffrax.AbstractAdaptiveSolver):
+        return False
+    return True
+
+
+def _evaluations_per_step(solver):
+    """(per step, per restart) vector-field evaluations of an explicit RK solver, or None."""
+    inner = _unwrap(solver)
+    if isinstance(inner, diffrax.Euler):
+        return 1, 0
+    tableau = getattr(inner, "tableau", None)
+    if isinstance(inner, diffrax.AbstractERK) and isinstance(tableau, diffrax.ButcherTableau):
+        s = tableau.num_stages
+        # First same as last: the last stage is the next step's first (computed once at the start).
+        return (s - 1, 1) if tableau.fsal else (s, 0)
+    return None
+
+
+def check_solver(solver, formulation: AbstractFormulation, stepsize_controller) -> None:
+    """Structural checks (trace time): the solver can take this term structure and controller."""
+    if isinstance(solver, ProjectedSolver):
+        raise ValueError(
+            "pass the bare diffrax solver; formulation=Projected() wraps it in ProjectedSolver."
+        )
+    imex = _is_imex(solver)
+    if imex and not formulation.has_stiff_part:
+        raise ValueError(
+            f"{type(solver).__name__} is an IMEX solver (explicit + implicit terms), but "
+            f"formulation={type(formulation).__name__}() has no stiff part to treat implicitly; "
+            "use Penalty(epsilon) with a post-norm equation, or an explicit solver such as "
+            "diffrax.Tsit5()."
+        )
+    if isinstance(solver, diffrax.AbstractSRK):
+        raise ValueError(
+            f"{type(solver).__name__} is a stochastic (SDE) solver; the Transformer equation is "
+            "an ODE: use an ODE solver (diffrax.Tsit5(), Dopri5(), Kvaerno5(), ...)."
+        )
+    adaptive = not isinstance(stepsize_controller, diffrax.ConstantStepSize)
+    if adaptive and not _has_error_estimate(solver):
+        raise ValueError(
+            f"{type(solver).__name__} has no error estimate, so it cannot adapt its step; pass "
+            "num_steps= (fixed steps), or an adaptive solver (diffrax.Tsit5(), Dopri5(), "
+            "Bosh3(), Kvaerno5(), ...)."
+        )
+
+
+@eqx.filter_jit
+def _solve_pieces(
+    equation, u0, solver, formulation, controller, step, mask, *, max_steps, restart, pieces, length
+):
+    """The solve proper, jitted with the equation, solver and options as arguments (not
+    closures), so repeated calls with the same structures reuse one compilation."""
+    dtype = u0.dtype
+    imex = _is_imex(solver)
+    runner = formulation.solver(equation, solver)
+    u_start = formulation.initial(equation, u0)
+
+    def solve_piece(u, piece):
+        local = equation.localize(piece) if restart else equation
+        t0 = jnp.asarray(piece, dtype) * jnp.asarray(length, dtype)
+        sol = diffrax.diffeqsolve(
+            formulation.terms(local, mask, imex=imex),
+            runner,
+            t0,
+            t0 + jnp.asarray(length, dtype),
+            step,
+            u,
+            stepsize_controller=controller,
+            saveat=diffrax.SaveAt(t1=True),
+            max_steps=max_steps,
+            throw=False,
+        )
+        stats = jnp.stack(
+            [
+                sol.stats["num_steps"],
+                sol.stats["num_accepted_steps"],
+                sol.stats["num_rejected_steps"],
+            ]
+        )
+        code = jnp.asarray(sol.result._value, jnp.int32)
+        return sol.ys[-1], (stats, code)
+
+    u1, (stats, codes) = jax.lax.scan(solve_piece, u_start, jnp.arange(pieces))
+    return u1, stats, codes
+
+
+def integrate_diffrax(
+    equation: Equation,
+    u0,
+    solver,
+    *,
+    num_steps,
+    stepsize_controller,
+    formulation,
+    dt0,
+    max_steps: int,
+    mask,
+    throw: bool,
+    u0_name: str,
+):
+    """See `workbench.integrate` (the diffrax path)."""
+    from ._integrate import Solution
+
+    if formulation is None:
+        formulation = default_formulation(equation)
+    if not isinstance(formulation, AbstractFormulation):
+        raise ValueError(
+            f"formulation={formulation!r} is not a formulation; pass None (automatic), "
+            "Natural(), Projected() or Penalty(epsilon)."
+        )
+    formulation.check(equation)
+    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+        raise ValueError(f"max_steps={max_steps!r} must be a positive integer.")
+    fixed = num_steps is not None
+    if fixed and stepsize_controller is not None:
+        raise ValueError(
+            "pass either num_steps= (fixed steps) or stepsize_controller= (adaptive), not both."
+        )
+    if not fixed and stepsize_controller is None:
+        raise ValueError(
+            f"{type(solver).__name__}: pass num_steps= (fixed steps) or an adaptive "
+            "stepsize_controller=diffrax.PIDController(rtol=..., atol=...)."
+        )
+    controller = diffrax.ConstantStepSize() if fixed else stepsize_controller
+    if not isinstance(controller, diffrax.AbstractStepSizeController):
+        raise ValueError(
+            f"stepsize_controller={controller!r} is not a diffrax step-size controller; pass e.g. "
+            "diffrax.PIDController(rtol=1e-8, atol=1e-8)."
+        )
+    if isinstance(controller, diffrax.PIDController):
+        for name in ("rtol", "atol"):
+            value = getattr(controller, name)
+            if not isinstance(value, jax.core.Tracer) and not float(value) > 0:
+                raise ValueError(f"stepsize_controller.{name}={value!r} must be > 0 (a tolerance).")
+    check_solver(solver, formulation, controller)
+
+    # Piecewise-constant controls jump at layer boundaries: restart the solver on every layer
+    # (a scan over layers); continuous controls are solved in one go.
+    restart = equation.is_piecewise_constant
+    pieces = equation.num_pieces if restart else 1
+    length = equation.piece_length if restart else equation.t1
+    dtype = u0.dtype
+    if fixed:
+        traced = isinstance(num_steps, jax.core.Tracer)
+        if not traced:
+            if (
+                isinstance(num_steps, bool)
+                or not isinstance(num_steps, (int, np.integer))
+                or num_steps < 1
+            ):
+                raise ValueError(f"num_steps={num_steps!r} must be a positive integer.")
+            if num_steps % pieces:
+                raise ValueError(
+                    f"num_steps={num_steps} must be a multiple of the number of layers ({pieces}) "
+                    "so that no step straddles a jump of the piecewise-constant controls."
+                )
+            if num_steps // pieces > max_steps:
+                raise ValueError(
+                    f"num_steps={num_steps} gives {num_steps // pieces} steps per layer > "
+                    f"max_steps={max_steps}; raise max_steps."
+                )
+        per_piece = num_steps // pieces
+        step = jnp.asarray(length, dtype) / jnp.asarray(per_piece, dtype)
+    else:
+        step = None if dt0 is None else jnp.asarray(dt0, dtype)
+
+    u1, stats, codes = _solve_pieces(
+        equation,
+        u0,
+        solver,
+        formulation,
+        controller,
+        step,
+        mask,
+        max_steps=max_steps,
+        restart=restart,
+        pieces=pieces,
+        length=length,
+    )
+    totals = stats.sum(axis=0)
+    failed = codes != diffrax.RESULTS.successful._value
+    first_failed = jnp.where(jnp.any(failed), jnp.argmax(failed), -1)
+    nonfinite = ~jnp.all(jnp.isfinite(u1))
+    if throw:
+        input_bad = ~jnp.all(jnp.isfinite(u0))
+        where = "layer" if restart else "solve"
+        messages = [f"integrate: the initial state {u0_name} contains NaN or inf."] + [
+            f"integrate({type(solver).__name__}): the diffrax solve failed on {where} {i} "
+            f"(t in [{i * length:.6g}, {(i + 1) * length:.6g}]): max_steps={max_steps} reached, "
+            "a NaN/inf, or a failed implicit solve. Raise max_steps, loosen the tolerances, or "
+            "pass throw=False and read Solution.result / Solution.stats."
+            for i in range(pieces)
+        ]
+        branch = jnp.where(input_bad, 0, jnp.maximum(first_failed, 0) + 1)
+        u1 = eqx.branched_error_if(
+            u1, input_bad | (first_failed >= 0) | nonfinite, branch, messages
+        )
+    per_step = _evaluations_per_step(solver)
+    steps = totals[0]
+    if per_step is None:
+        evaluations = jnp.asarray(-1, steps.dtype)
+    else:
+        evaluations = steps * per_step[0] + pieces * per_step[1]
+    result_code = jnp.where(first_failed >= 0, codes[jnp.maximum(first_failed, 0)], 0)
+    return Solution(
+        u1=u1,
+        y=equation.output_map(u1),
+        ts=None,
+        us=None,
+        num_steps=None,
+        num_evaluations=None,
+        first_nonfinite_step=jnp.where(nonfinite, first_failed, -1),
+        stats={
+            "num_steps": steps,
+            "num_accepted_steps": totals[1],
+            "num_rejected_steps": totals[2],
+            "num_evaluations": evaluations,
+            "failed_piece": first_failed,
+            "result": result_code,
+        },
+    )

@@ -1,0 +1,287 @@
+r"""Error against step size for one method on one equation: a ladder of step counts solved with
+one compilation, a high-order reference with a Richardson estimate of its own error, and the
+observed order (`fit_order`), with evaluations and wall time for work–precision diagrams."""
+
+import dataclasses
+import time
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._equation import Equation
+from .._integrate import integrate
+from ._order import OrderFit, fit_order
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A reference solution: Dopri8 with `steps_per_layer` fixed steps per layer.
+
+    `error_estimate` is Richardson's estimate of its own error,
+    `‖u(k) − u(k/2)‖_∞ / (2⁸ − 1)` (Dopri8 is order 8), a check that it is far below the errors
+    it will measure.
+    """
+
+    u1: np.ndarray
+    steps_per_layer: int
+    error_estimate: float
+    seconds: float
+
+
+def reference_solution(
+    equation: Equation, u0, *, formulation=None, steps_per_layer: int = 256
+) -> Reference:
+    """Dopri8 with fixed steps (`steps_per_layer` per layer) and a Richardson check at half."""
+    if (
+        isinstance(steps_per_layer, bool)
+        or not isinstance(steps_per_layer, int)
+        or steps_per_layer < 2
+    ):
+        raise ValueError(f"steps_per_layer={steps_per_layer!r} must be an integer >= 2.")
+    layers = equation.num_pieces
+    method = diffrax.Dopri8()
+    solve = lambda k: _solve(equation, u0, method, formulation, jnp.asarray(k))[0]
+    start = time.perf_counter()
+    fine = np.asarray(solve(steps_per_layer * layers))
+    seconds = time.perf_counter() - start
+    coarse = np.asarray(solve((steps_per_layer // 2) * layers))
+    estimate = float(np.max(np.abs(fine - coarse))) / (2.0**8 - 1.0)
+    return Reference(fine, steps_per_layer, estimate, seconds)
+
+
+_TRACES = [0]  # how many times `_solve` was traced (= compiled): the no-recompilation check
+
+
+@eqx.filter_jit
+def _solve(equation, u0, method, formulation, k):
+    """One solve with a run-time step count `k`; cached across calls by the inputs' structure,
+    so a ladder, and later solves of the same method and model, compile once."""
+    _TRACES[0] += 1  # runs at trace time only
+    kwargs = {} if formulation is None else {"formulation": formulation}
+    sol = integrate(equation, u0, method, num_steps=k, **kwargs)
+    return sol.u1, sol.stats["num_evaluations"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ladder:
+    """Errors of one method over a ladder of step counts (see `error_ladder`).
+
+    **Fields:** `steps_per_layer`, `step_sizes` (`h = piece_length / k`), `errors` (max-abs
+    against the reference), `evaluations` (vector-field evaluations per solve, `-1` if unknown),
+    `seconds` (median wall time per solve, compiled), `compile_seconds` (first call minus one
+    run), `compilations` (distinct compilations for the whole ladder), `fit` (`OrderFit`, or
+    `None` if no window of `min_points` consistent points exists), `fit_error` (why not),
+    `richardson` (Richardson's estimate of the error at the finest step in the fit divided by
+    its measured error: ≈ 1 in the asymptotic range), `constraint_violation` (max distance of
+    the iterates to the constraint set, projected formulations only).
+    """
+
+    steps_per_layer: np.ndarray
+    step_sizes: np.ndarray
+    errors: np.ndarray
+    evaluations: np.ndarray
+    seconds: np.ndarray
+    compile_seconds: float
+    compilations: int
+    fit: OrderFit | None
+    fit_error: str | None
+    richardson: float | None
+    solutions: list = dataclasses.field(repr=False, default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "steps_per_layer": self.steps_per_layer.tolist(),
+            "step_sizes": self.step_sizes.tolist(),
+            "errors": self.errors.tolist(),
+            "evaluations": self.evaluations.tolist(),
+            "seconds": self.seconds.tolist(),
+            "compile_seconds": self.compile_seconds,
+            "compilations": self.compilations,
+            "fit": None if self.fit is None else self.fit.to_dict(),
+            "fit_error": self.fit_error,
+            "richardson": self.richardson,
+        }
+
+
+def error_ladder(
+    equation: Equation,
+    u0,
+    method,
+    steps_per_layer,
+    reference: Reference | np.ndarray,
+    *,
+    formulation=None,
+    declared_order: int | None = None,
+    error_range: tuple[float, float] | None = None,
+    num_points: int = 6,
+    max_steps_per_layer: int = 4096,
+    repeats: int = 3,
+    min_points: int = 3,
+    tol: float = 0.3,
+) -> Ladder:
+    r"""Solve with `method` at every step count of `steps_per_layer` and compare with `reference`.
+
+    The step count is a run-time argument of one jitted solve (`num_steps` may be traced), so the
+    whole ladder compiles once (and later ladders of the same method and model shapes reuse it);
+    `compilations` counts the compilations this call triggered. Errors are `‖u_k(T) − u_ref(T)‖_∞`.
+
+    **Arguments:**
+
+    - `equation`, `u0`: the problem.
+    - `method`: a splitting scheme or a diffrax solver (fixed steps).
+    - `steps_per_layer`: increasing positive integers (at least `min_points`), or `"auto"`:
+      doubling from one step per layer finds the count `k` whose error first drops below
+      `start_error`, backs off to where `e ≈ C h^p` predicts `start_error`, and takes
+      `num_points` counts `k₀ r^j` with `r = (start_error/end_error)^{1/((num_points−1)p)}`
+      (`p = declared_order`; `r` clipped to [1.15, 2]) so that the errors span `error_range`.
+      Keep `end_error` a few decades above the round-off floor (≈ 1e-14 for O(1) states in
+      float64) and `start_error` inside the asymptotic range.
+    - `error_range`: `(start_error, end_error)` for `"auto"`.
+    - `num_points`, `max_steps_per_layer`: for `"auto"`.
+    - `reference`: a `Reference` or the reference `u(T)`.
+    - `formulation`: for diffrax solvers (`None`: automatic).
+    - `declared_order`: the method's order, for the Richardson check (`None`: the fitted one).
+    - `repeats`: timed runs per step count (median reported).
+    - `min_points`, `tol`: passed to `fit_order`.
+
+    **Returns:** a `Ladder`.
+    """
+    u_ref = np.asarray(reference.u1 if isinstance(reference, Reference) else reference)
+    traces_before = _TRACES[0]
+    compile_seconds = None
+    if isinstance(steps_per_layer, str):
+        if steps_per_layer != "auto":
+            raise ValueError(
+                f"steps_per_layer={steps_per_layer!r}: pass a sequence of integers or 'auto'."
+            )
+        if error_range is None or declared_order is None:
+            raise ValueError(
+                "steps_per_layer='auto' needs error_range=(start_error, end_error) and "
+                "declared_order."
+            )
+        hi, lo = error_range
+        if not 0 < lo < hi:
+            raise ValueError(
+                f"error_range={error_range!r} must be (start, end) with 0 < end < start."
+            )
+        if (
+            isinstance(declared_order, bool)
+            or not isinstance(declared_order, int)
+            or declared_order < 1
+        ):
+            raise ValueError(f"declared_order={declared_order!r} must be a positive integer.")
+        one = jnp.asarray(equation.num_pieces)
+        start = time.perf_counter()
+        jax.block_until_ready(_solve(equation, u0, method, formulation, one))
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        jax.block_until_ready(_solve(equation, u0, method, formulation, one))
+        compile_seconds = max(first - (time.perf_counter() - start), 0.0)
+        steps_per_layer = _auto_steps(
+            equation,
+            u0,
+            method,
+            formulation,
+            u_ref,
+            hi,
+            lo,
+            declared_order,
+            num_points,
+            max_steps_per_layer,
+        )
+    ks = np.asarray(steps_per_layer)
+    if ks.ndim != 1 or ks.size < min_points or not np.issubdtype(ks.dtype, np.integer):
+        raise ValueError(
+            f"steps_per_layer={list(np.ravel(ks))} must be at least {min_points} integers "
+            "(an order fit needs that many step sizes)."
+        )
+    if np.any(ks < 1) or np.any(np.diff(ks) <= 0):
+        raise ValueError(f"steps_per_layer={ks.tolist()} must be positive and increasing.")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats={repeats!r} must be a positive integer.")
+    layers = equation.num_pieces
+
+    def solve(k):
+        return _solve(equation, u0, method, formulation, k)
+
+    errors, evals, seconds, solutions = [], [], [], []
+    for i, k in enumerate(ks):
+        n = jnp.asarray(int(k) * layers)
+        start = time.perf_counter()
+        u1, ev = jax.block_until_ready(solve(n))
+        first = time.perf_counter() - start
+        runs = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(solve(n))
+            runs.append(time.perf_counter() - start)
+        if i == 0 and compile_seconds is None:
+            compile_seconds = max(first - float(np.median(runs)), 0.0)
+        seconds.append(float(np.median(runs)))
+        u1 = np.asarray(u1)
+        solutions.append(u1)
+        errors.append(float(np.max(np.abs(u1 - u_ref))))
+        evals.append(int(ev))
+    h = equation.piece_length / ks.astype(np.float64)
+    errors = np.asarray(errors)
+    fit, why = None, None
+    try:
+        fit = fit_order(h, errors, min_points=min_points, tol=tol)
+    except ValueError as e:
+        why = str(e)
+    richardson = None
+    if fit is not None:
+        used = np.flatnonzero(fit.used)  # indices in increasing-h order
+        if used.size >= 2:
+            # fit.steps is sorted by increasing h; map back to ladder order (decreasing h).
+            a, b = used[0], used[1]  # finest and next finest step
+            ia, ib = ks.size - 1 - a, ks.size - 1 - b
+            p = declared_order if declared_order is not None else fit.order
+            ratio = (h[ia] / h[ib]) ** p
+            estimate = float(np.max(np.abs(solutions[ia] - solutions[ib]))) * ratio / (1 - ratio)
+            if errors[ia] > 0:
+                richardson = estimate / float(errors[ia])
+    return Ladder(
+        steps_per_layer=ks,
+        step_sizes=h,
+        errors=errors,
+        evaluations=np.asarray(evals),
+        seconds=np.asarray(seconds),
+        compile_seconds=compile_seconds,
+        compilations=_TRACES[0] - traces_before,
+        fit=fit,
+        fit_error=why,
+        richardson=richardson,
+        solutions=solutions,
+    )
+
+
+def _auto_steps(
+    equation, u0, method, formulation, u_ref, start_error, end_error, order, num_points, cap
+):
+    """The step counts of `error_ladder(..., "auto")` (see there)."""
+    layers = equation.num_pieces
+    k = 1
+    while True:
+        u1, _ = _solve(equation, u0, method, formulation, jnp.asarray(k * layers))
+        err = float(np.max(np.abs(np.asarray(u1) - u_ref)))
+        if err <= start_error or k >= cap:
+            break
+        k *= 2
+    if err > start_error:
+        raise ValueError(
+            f"error_ladder: error {err:.2e} > start_error={start_error:g} even at {k} steps per "
+            "layer; raise start_error or max_steps_per_layer."
+        )
+    if k > 1 and err > 0:
+        # Back off to where e(h) = C h^p predicts the error start_error.
+        k = max(k // 2 + 1, int(k * (err / start_error) ** (1.0 / order)))
+    r = (start_error / end_error) ** (1.0 / ((num_points - 1) * order))
+    r = min(max(r, 1.15), 2.0)
+    ks = [k]
+    for j in range(1, num_points):
+        ks.append(max(ks[-1] + 1, int(round(k * r**j))))
+    return np.asarray(ks)

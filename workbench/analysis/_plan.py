@@ -1,0 +1,129 @@
+r"""A discretization plan: for given controls and a tolerance, the cheapest method and step count
+that meet the tolerance, and the largest linearly stable step. Written as JSON by
+`workbench run plan`, read back by `DiscretizationPlan.load` (the training loop's input).
+
+The error model is the asymptotic `e(h) ≈ C h^p` fitted on a short ladder of each candidate
+(`error_ladder`), which predicts the step count meeting the tolerance; the prediction is then
+checked by solving at that count (and refined upward until the measured error meets the
+tolerance). The cost is the number of vector-field evaluations of a solve (equal for all inputs
+of one shape); wall time is recorded too.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+
+import diffrax
+
+from .. import schemes as _schemes
+from .._io import atomic_write_json
+from ..solvers._rk4 import ClassicalRK4
+
+# name -> (constructor, declared order, family). One home for the CLI names of methods.
+METHODS: dict[str, tuple] = {
+    "euler": (diffrax.Euler, 1, "diffrax"),
+    "heun": (diffrax.Heun, 2, "diffrax"),
+    "midpoint": (diffrax.Midpoint, 2, "diffrax"),
+    "ralston": (diffrax.Ralston, 2, "diffrax"),
+    "bosh3": (diffrax.Bosh3, 3, "diffrax"),
+    "rk4": (ClassicalRK4, 4, "diffrax"),
+    "tsit5": (diffrax.Tsit5, 5, "diffrax"),
+    "dopri5": (diffrax.Dopri5, 5, "diffrax"),
+    "dopri8": (diffrax.Dopri8, 8, "diffrax"),
+    "lie": (_schemes.LieTrotter, 1, "splitting"),
+    "strang": (_schemes.Strang, 2, "splitting"),
+    "yoshida4": (_schemes.Yoshida4, 4, "splitting"),
+    "suzuki4": (_schemes.Suzuki4, 4, "splitting"),
+}
+
+SCHEMA = "workbench.discretization-plan/1"
+
+
+def method_from_name(name: str):
+    """The method object for a CLI name (see `METHODS`)."""
+    if name not in METHODS:
+        raise ValueError(f"method {name!r} is not known; valid: {', '.join(METHODS)}.")
+    return METHODS[name][0]()
+
+
+@dataclasses.dataclass(frozen=True)
+class DiscretizationPlan:
+    """The discretization chosen for a model and a tolerance.
+
+    **Fields:**
+
+    - `method`: the method's name (a key of `METHODS`; `method_object()` builds it).
+    - `steps_per_layer`: steps per layer (unit piece length) that meet `tolerance`.
+    - `tolerance`: the requested max-abs error at `T`.
+    - `measured_error`: the error measured at `steps_per_layer` against the reference.
+    - `evaluations`: vector-field evaluations of one solve.
+    - `largest_stable_step`: the predicted largest linearly stable step of `method` for the
+      decaying part of the Jacobian spectra along the trajectory (`inf`: unconstrained).
+    - `step`: `piece_length / steps_per_layer`; `stable`: `step ≤ largest_stable_step`.
+    - `candidates`: per method considered, the same numbers (for the record).
+    - `model`: what the plan was made for (sizes, weights, equation).
+    """
+
+    method: str
+    steps_per_layer: int
+    tolerance: float
+    measured_error: float
+    evaluations: int
+    largest_stable_step: float
+    step: float
+    stable: bool
+    candidates: tuple = ()
+    model: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(
+                f"plan.method={self.method!r} is not known; valid: {', '.join(METHODS)}."
+            )
+        if not (isinstance(self.steps_per_layer, int) and self.steps_per_layer >= 1):
+            raise ValueError(
+                f"plan.steps_per_layer={self.steps_per_layer!r} must be an integer >= 1."
+            )
+        if not self.tolerance > 0:
+            raise ValueError(f"plan.tolerance={self.tolerance!r} must be > 0.")
+
+    def method_object(self):
+        """The method, ready for `workbench.integrate(..., method, num_steps=...)`."""
+        return method_from_name(self.method)
+
+    def num_steps(self, num_layers: int) -> int:
+        """The `num_steps` argument of `workbench.integrate` for a model of `num_layers`."""
+        return self.steps_per_layer * num_layers
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["candidates"] = list(self.candidates)
+        return {"schema": SCHEMA, **d}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the plan as JSON (atomically)."""
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "DiscretizationPlan":
+        """Read a plan written by `save` (or by `workbench run plan`: its `plan.json`)."""
+        data = json.loads(pathlib.Path(path).read_text())
+        if data.get("schema") != SCHEMA:
+            raise ValueError(
+                f"{path}: schema {data.get('schema')!r} is not {SCHEMA!r}; is this a plan.json "
+                "written by `workbench run plan`?"
+            )
+        data.pop("schema")
+        data["candidates"] = tuple(data.get("candidates", ()))
+        data["largest_stable_step"] = float(data["largest_stable_step"])
+        return cls(**data)
+
+
+def steps_for_tolerance(fit, tolerance: float, piece_length: float, *, safety: float = 0.8) -> int:
+    """Steps per layer predicted by `e(h) = C h^p` to reach `safety × tolerance`."""
+    if not tolerance > 0:
+        raise ValueError(f"tolerance={tolerance!r} must be > 0.")
+    h = (safety * tolerance / fit.constant) ** (1.0 / fit.order)
+    return max(1, math.ceil(piece_length / h - 1e-9))

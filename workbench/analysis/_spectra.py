@@ -1,0 +1,252 @@
+r"""Jacobian spectra, Lipschitz constants and finite-time Lyapunov exponents of fields and maps.
+
+All functions take a function `f` of one array (any shape) and differentiate it with JAX: dense
+Jacobians by `jax.jacfwd` on the flattened state for small states, and matrix-free paths (Arnoldi
+with JVPs, power iteration with JVP/VJP) for large ones.
+"""
+
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._equation import Equation
+
+
+def _flat(f: Callable, u):
+    u = jnp.asarray(u)
+    shape = u.shape
+
+    def g(v):
+        return jnp.ravel(f(v.reshape(shape)))
+
+    return g, jnp.ravel(u)
+
+
+@eqx.filter_jit
+def _dense_jacobian(f, u):
+    # `f` is a pytree (e.g. a `Partial` from `term_fields`, or an equinox bound method): models of
+    # one shape share one compilation; a plain lambda is static (recompiled per object).
+    g, x = _flat(f, u)
+    return jax.jacfwd(g)(x)
+
+
+@eqx.filter_jit
+def _jvp(f, u, v):
+    return jax.jvp(f, (u,), (v,))[1]
+
+
+@eqx.filter_jit
+def _gram_apply(f, u, v):
+    """`(JᵀJv, ‖Jv‖)` for the Jacobian `J` of `f` at `u`."""
+    w, vjp = jax.vjp(f, u)
+    jv = jax.jvp(f, (u,), (v,))[1]
+    (back,) = vjp(jv)
+    return back, jnp.linalg.norm(jv)
+
+
+def jacobian_matrix(f: Callable, u) -> np.ndarray:
+    """The dense Jacobian `∂f/∂u` at `u` of a map between arrays of equal size, flattened
+    (row-major), by `jax.jacfwd`.
+
+    **Arguments:**
+
+    - `f`: a function of one array, returning an array of the same size.
+    - `u`: the point.
+
+    **Returns:** a NumPy `(N, N)` matrix, `N = u.size`.
+    """
+    x = jnp.ravel(jnp.asarray(u))
+    jac = np.asarray(_dense_jacobian(f, jnp.asarray(u)))
+    if jac.shape != (x.size, x.size):
+        raise ValueError(f"f maps {x.size} numbers to {jac.shape[0]}; its Jacobian is not square.")
+    return jac
+
+
+def jacobian_spectrum(f: Callable, u) -> np.ndarray:
+    """All eigenvalues of the dense Jacobian of `f` at `u`, sorted by decreasing modulus.
+
+    **Returns:** a complex NumPy array of length `u.size`.
+    """
+    ev = np.linalg.eigvals(jacobian_matrix(f, u))
+    return ev[np.argsort(-np.abs(ev), kind="stable")]
+
+
+def arnoldi_eigenvalues(
+    f: Callable, u, *, num_eigenvalues: int = 6, krylov_dim: int = 40, key=None
+) -> np.ndarray:
+    r"""The largest-modulus eigenvalues of the Jacobian of `f` at `u`, matrix-free.
+
+    Arnoldi's method: an orthonormal basis `V_m` of the Krylov space
+    `span{v, Jv, …, J^{m−1}v}` built from Jacobian–vector products (`jax.linearize`, one
+    linearization, `m` JVPs), with full Gram–Schmidt done twice for orthogonality; the Ritz values
+    (eigenvalues of the Hessenberg `H_m = V_mᵀ J V_m`) approximate the extreme eigenvalues, the
+    largest-modulus ones first. If the Krylov space becomes invariant (`h_{j+1,j} ≈ 0`) the Ritz
+    values are exact and the iteration stops. With `m = u.size` they are all the eigenvalues.
+
+    **Arguments:**
+
+    - `f`, `u`: the map and the point.
+    - `num_eigenvalues`: how many to return (positive integer ≤ `krylov_dim`).
+    - `krylov_dim`: `m` (positive integer; clipped to `u.size`).
+    - `key`: PRNG key for the start vector (a fixed one if `None`).
+
+    **Returns:** complex NumPy array, decreasing modulus.
+    """
+    for name, value in (("num_eigenvalues", num_eigenvalues), ("krylov_dim", krylov_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive integer.")
+    if num_eigenvalues > krylov_dim:
+        raise ValueError(
+            f"num_eigenvalues={num_eigenvalues} exceeds krylov_dim={krylov_dim}; raise krylov_dim."
+        )
+    u = jnp.asarray(u)
+    x = jnp.ravel(u)
+
+    def jvp(v):
+        return jnp.ravel(_jvp(f, u, v.reshape(u.shape)))
+
+    n = x.size
+    m = min(krylov_dim, n)
+    key = jax.random.key(0) if key is None else key
+    v = np.asarray(jax.random.normal(key, (n,), x.dtype))
+    basis = np.zeros((m + 1, n))
+    hess = np.zeros((m + 1, m))
+    basis[0] = v / np.linalg.norm(v)
+    size = m
+    for j in range(m):
+        w = np.asarray(jvp(jnp.asarray(basis[j])))
+        scale = np.linalg.norm(w)
+        for _ in range(2):  # classical Gram–Schmidt twice ("twice is enough")
+            coef = basis[: j + 1] @ w
+            w = w - coef @ basis[: j + 1]
+            hess[: j + 1, j] += coef
+        hess[j + 1, j] = np.linalg.norm(w)
+        if hess[j + 1, j] <= 1e-13 * max(scale, 1e-300):
+            size = j + 1  # invariant subspace: exact Ritz values
+            break
+        basis[j + 1] = w / hess[j + 1, j]
+    ritz = np.linalg.eigvals(hess[:size, :size])
+    ritz = ritz[np.argsort(-np.abs(ritz), kind="stable")]
+    return ritz[:num_eigenvalues]
+
+
+def lipschitz_estimate(
+    f: Callable, u, *, num_iter: int = 100, key=None, rtol: float = 1e-10
+) -> float:
+    r"""The local Lipschitz constant `‖∂f/∂u‖₂` at `u`: the largest singular value of the
+    Jacobian, by power iteration on `JᵀJ` (one JVP and one VJP per iteration, matrix-free).
+
+    A lower bound of the Lipschitz constant of `f` on any set containing `u`; the max over
+    sampled inputs is the usual empirical estimate.
+
+    **Arguments:**
+
+    - `f`, `u`: the map (between arrays, any shapes) and the point.
+    - `num_iter`: maximum iterations (positive integer); stops early at relative change `rtol`.
+    - `key`: PRNG key for the start vector (fixed if `None`).
+
+    **Returns:** `σ_max` (float).
+    """
+    if isinstance(num_iter, bool) or not isinstance(num_iter, int) or num_iter < 1:
+        raise ValueError(f"num_iter={num_iter!r} must be a positive integer.")
+    u = jnp.asarray(u)
+
+    def apply(v):
+        return _gram_apply(f, u, v)
+
+    key = jax.random.key(0) if key is None else key
+    v = jax.random.normal(key, u.shape, u.dtype)
+    v = v / jnp.linalg.norm(v)
+    sigma = 0.0
+    for _ in range(num_iter):
+        back, norm_jv = apply(v)
+        new = float(norm_jv)
+        v = back / jnp.linalg.norm(back)
+        if abs(new - sigma) <= rtol * new:
+            sigma = new
+            break
+        sigma = new
+    return float(sigma)
+
+
+@eqx.filter_jit
+def _push_frame(phi, u, q):
+    g, x = _flat(phi, u)
+    nxt, jvp = jax.linearize(g, x)
+    q, r = jnp.linalg.qr(jax.vmap(jvp, in_axes=1, out_axes=1)(q))
+    return nxt, q, r
+
+
+def lyapunov_exponents(maps: Sequence[Callable], u0, *, num_exponents: int | None = None, key=None):
+    r"""Finite-time Lyapunov exponents of a composition of maps, by the QR (Benettin) method.
+
+    An orthonormal frame `Q_0` (`N × k`) is pushed through the Jacobian of each map along the
+    orbit, `u_{l+1} = φ_l(u_l)`, `Z = Dφ_l(u_l) Q_l` (JVPs, one per column), `Z = Q_{l+1} R_l`;
+    the exponents are `λ_i = (1/L) Σ_l log |(R_l)_{ii}|`, per map (per layer), in decreasing
+    order. For a constant linear map `A` they tend to `log |eig(A)|` as `L` grows (exactly
+    `log σ_i(A)` for a symmetric `A` when `Q_0` spans its eigenvectors).
+
+    **Arguments:**
+
+    - `maps`: the layer maps `φ_0, …, φ_{L−1}` (each array → array of the same shape).
+    - `u0`: the starting point.
+    - `num_exponents`: `k`, the frame size (default: all, `N = u0.size`).
+    - `key`: PRNG key for the random start frame (fixed if `None`).
+
+    **Returns:** `(exponents, orbit)`: a NumPy array of `k` exponents (decreasing) and the list of
+    points `u_0, …, u_L`.
+    """
+    maps = list(maps)
+    if not maps:
+        raise ValueError("maps is empty; pass at least one layer map.")
+    u = jnp.asarray(u0)
+    n = u.size
+    k = n if num_exponents is None else num_exponents
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(f"num_exponents={num_exponents!r} must be an integer in [1, {n}].")
+    key = jax.random.key(0) if key is None else key
+    q, _ = jnp.linalg.qr(jax.random.normal(key, (n, k), u.dtype))
+    total = np.zeros(k)
+    orbit = [u]
+    for phi in maps:
+        nxt, q, r = _push_frame(phi, u, q)
+        total += np.log(np.abs(np.asarray(jnp.diag(r))))
+        u = nxt.reshape(u.shape)
+        orbit.append(u)
+    return np.sort(total / len(maps))[::-1], orbit
+
+
+def term_fields(equation: Equation, t, mask=None) -> dict[str, Callable]:
+    r"""The vector field of each operator of `equation` at time `t`, and the full field.
+
+    Operator `k` contributes `placement.field(G_k(θ(t)), P_k(θ(t)), u)` (pre-norm:
+    `G_k(P_k(u))`); the controls are evaluated once, at `t` (inside layer `⌊t⌋`).
+
+    **Returns:** a dict `{"operator 0": f_0, …, "full": f}` of functions `u ↦ field`
+    (`jax.tree_util.Partial`s, so the jitted helpers here compile once per model shape); names are
+    `"attention"` / `"feed-forward"` for the two-operator Transformer equation.
+    """
+    names = (
+        ("attention", "feed-forward")
+        if len(equation.operators) == 2
+        else tuple(f"operator {k}" for k in range(len(equation.operators)))
+    )
+    t = jnp.asarray(t)
+    out = {}
+    for k, name in enumerate(names):
+        out[name] = jax.tree_util.Partial(_operator_field, equation, k, t, mask)
+    out["full"] = jax.tree_util.Partial(_full_field, equation, t, mask)
+    return out
+
+
+def _operator_field(equation, k, t, mask, u):
+    op = equation.operators[k]
+    proj = None if op.projection is None else op.projection.evaluate(t)
+    return equation.placement.field(op.term.evaluate(t), proj, u, mask)
+
+
+def _full_field(equation, t, mask, u):
+    return equation.vector_field(t, u, mask)
