@@ -287,8 +287,8 @@ def _penalty(config: Config) -> dict:
     ref = wba.reference_solution(equation, u0, steps_per_layer=128).u1
     eps = np.asarray(config.penalty_epsilons, dtype=np.float64)
     # Array tolerances and ε: the solves of each ladder below share one compilation.
-    accurate = diffrax.PIDController(rtol=jnp.asarray(1e-10), atol=jnp.asarray(1e-10))
-    newton = optx.Newton(rtol=1e-12, atol=1e-12)
+    accurate = diffrax.PIDController(rtol=jnp.asarray(1e-9), atol=jnp.asarray(1e-9))
+    newton = optx.Newton(rtol=1e-10, atol=1e-10)
     dist = []
     for e in eps:
         sol = wb.integrate(
