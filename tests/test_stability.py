@@ -198,13 +198,12 @@ def test_study_smoke(tmp_path):
     config = stability.smoke_config()
     res = stability.main(config, tmp_path)
     for row in res["linear"]:
-        if row["case"] in ("real", "complex"):
-            assert abs(row["rel_diff"]) <= 0.02, row
+        # Every linear case, including eigenvalues near the imaginary axis (the rate criterion).
+        assert abs(row["rel_diff"]) <= 0.02, row
     for layer in res["model"]:
         assert layer["arnoldi_rel_error"] < 1e-5
         for r in layer["steps"].values():
-            # Observed ≥ predicted (the growth bound lets a slow exit pass), close for RK4.
-            assert r["observed"] >= r["predicted"] * (1 - 1e-3)
+            assert abs(r["rel_diff"]) <= 0.05, r
         assert layer["steps"]["rk4"]["rel_diff"] < 0.02
     assert res["lipschitz"]["vs_beta"][-1] > res["lipschitz"]["vs_beta"][0]
     assert (tmp_path / "stability_regions.png").exists()
