@@ -247,3 +247,17 @@ def test_traced_step_count_for_splitting_schemes_compiles_once(pre_norm):
             solve(k), wb.integrate(equation, u0, scheme, num_steps=k).u1, rtol=1e-13, atol=1e-13
         )
     assert solve._cache_size() == 1
+
+
+def test_vmap_over_inputs_equals_a_loop_with_throw_false(pre_norm):
+    equation, u0, _ = pre_norm
+    batch = jnp.stack([u0, 0.5 * u0 + 0.1])
+    pid = diffrax.PIDController(rtol=1e-8, atol=1e-8)
+    solve = lambda u: wb.integrate(
+        equation, u, diffrax.Tsit5(), stepsize_controller=pid, throw=False
+    )
+    batched = jax.vmap(solve)(batch)
+    for i in range(2):
+        one = solve(batch[i])
+        np.testing.assert_allclose(batched.u1[i], one.u1, rtol=1e-12, atol=1e-12)
+        assert int(batched.stats["failed_piece"][i]) == -1
