@@ -14,7 +14,10 @@ from workbench.particles._sweeps import (
     GramForm,
     ParticleForm,
     ReducedForm,
+    _at_least,
     _euler_rows,
+    _pair_fraction,
+    _pair_fraction_of_rows,
     _reduce,
     clustering_curve,
     gram_step,
@@ -111,6 +114,49 @@ def test_fast_euler_rows_equal_projected_euler(dynamics, rng):
         want = P.ProjectedEuler().step(dynamics(beta), x, 0.1)
         got = _euler_rows(x, jnp.asarray(beta), jnp.asarray(0.1), dynamics is P.SA)
         assert np.max(np.abs(np.asarray(got - want))) <= 1e-14
+
+
+def test_arithmetic_threshold_is_exact():
+    # `_at_least` (sign arithmetic, fusable on XLA:CPU) equals the comparison `a >= b` exactly,
+    # including a = b and one ulp either side.
+    b = 0.999
+    a = np.array([b, np.nextafter(b, 0.0), np.nextafter(b, 2.0), -1.0, 1.0, 0.0, b - 1e-17])
+    assert np.array_equal(np.asarray(_at_least(jnp.asarray(a), b)), (a >= b).astype(np.float64))
+    assert np.isnan(float(_at_least(jnp.asarray(np.nan), b)))
+
+
+def test_pair_fraction_of_rows_counts_exactly_at_the_threshold():
+    # Rows with inner products exactly 1 − δ (counted) and one ulp below (not counted): the fused
+    # count from the rows equals the comparison on x xᵀ and the hand count.
+    thr = 0.75  # δ = 0.25, exact in binary
+    below = np.nextafter(thr, 0.0)
+    x = np.array(
+        [
+            [1.0, 0.0, 0.0],
+            [thr, np.sqrt(1 - thr**2), 0.0],  # ⟨x0, x1⟩ = 0.75 exactly
+            [below, 0.0, np.sqrt(1 - below**2)],  # ⟨x0, x2⟩ one ulp below
+            [0.0, 0.0, 1.0],
+        ]
+    )
+    g = x @ x.T
+    upper = np.triu(np.ones((4, 4), dtype=bool), k=1)
+    want = np.count_nonzero(g[upper] >= thr) / 6
+    assert g[0, 1] == thr and g[0, 2] < thr and want == 1 / 6
+    assert float(_pair_fraction_of_rows(jnp.asarray(x), 0.25)) == want
+    assert float(_pair_fraction(jnp.asarray(g), 0.25)) == want
+
+
+def test_pair_fraction_of_rows_equals_the_comparison_on_clustered_states(rng):
+    # Along clustering trajectories (many pairs near 1), for several δ.
+    x0 = jnp.asarray(_sphere(rng, 16, 12))
+    xs = P.simulate(P.SA(6.0), x0, t1=20.0, dt=0.1, save_ts=np.arange(0, 21, 2.0))
+    distinct = 0
+    for delta in (1e-1, 1e-3, 1e-6, 1e-9):
+        got = jax.vmap(lambda x: _pair_fraction_of_rows(x, delta))(xs)
+        want = jax.vmap(lambda x: _pair_fraction(x @ x.T, delta))(xs)
+        assert np.array_equal(np.asarray(got), np.asarray(want))
+        distinct += len(np.unique(np.asarray(want)))
+    assert distinct > 8  # the counts really change along the trajectories
 
 
 # ---------------------------------------------------------------- sweep == direct loop

@@ -179,9 +179,23 @@ def _resolve_form(form, *, matrices_given: bool, integrator) -> AbstractForm:
 # Gram-form steps
 
 
+class _Beta(NamedTuple):
+    """β with `shift = |β|`, computed once before the time loop: an `abs` (or `max(β, −β)`) of a
+    traced β inside the loop body keeps XLA:CPU from fusing the step into one library kernel
+    (measured ~1.5× slower per step)."""
+
+    value: Array
+    shift: Array
+
+
+def _as_beta(beta) -> _Beta:
+    return beta if isinstance(beta, _Beta) else _Beta(beta, jnp.abs(beta))
+
+
 def _weights_scaled(g: Gram, beta, normalized: bool):
-    """`E = exp(β G − |β|)` and the row normalizers `z` (SA: row sums; USA: `n e^{−|β|}`)."""
-    shift = jnp.abs(beta)
+    """`E = exp(β G − |β|)` and the row normalizers `z` (SA: row sums; USA: `n e^{−|β|}`).
+    `beta`: a scalar or a `_Beta`."""
+    beta, shift = _as_beta(beta)
     e = jnp.exp(beta * g - shift)
     if normalized:
         z = jnp.sum(e, axis=-1)
@@ -289,11 +303,21 @@ def gram_step(
     if g.ndim != 2 or g.shape[0] != g.shape[1]:
         raise ValueError(f"gram_step: g must be a square (n, n) Gram matrix; got shape {g.shape}.")
     advance = _gram_advance(integrator, dynamics is SA)
-    return advance(g, jnp.asarray(beta, g.dtype), jnp.asarray(dt, g.dtype))
+    return advance(g, _as_beta(jnp.asarray(beta, g.dtype)), jnp.asarray(dt, g.dtype))
 
 
 # ----------------------------------------------------------------------------------------------
 # one trajectory
+
+
+def _at_least(a, b):
+    """`1.0` where `a ≥ b` and `0.0` where `a < b`, exactly, with arithmetic only.
+
+    `fl(a − b) ≥ 0` iff `a ≥ b` (rounding is monotone; `fl(a − b) = 0` iff `a = b`), so
+    `s = sign(a − b) ∈ {−1, 0, 1}`, and `sign(2s + 1)` maps it to `{−1, 1, 1}`. (NaN gives NaN.)
+    """
+    s = jnp.sign(a - b)
+    return (jnp.sign(2 * s + 1) + 1) * 0.5
 
 
 def _pair_fraction(g: Gram, delta) -> Float[Array, ""]:
@@ -302,6 +326,19 @@ def _pair_fraction(g: Gram, delta) -> Float[Array, ""]:
     upper = np.triu(np.ones((n, n), dtype=bool), k=1)
     hits = jnp.sum(jnp.where(upper, g >= 1.0 - delta, False), axis=(-2, -1))
     return hits.astype(g.dtype) / (n * (n - 1) // 2)
+
+
+def _pair_fraction_of_rows(x: Tokens, delta) -> Float[Array, ""]:
+    """`fraction_clustered` of the rows of `x`: `_pair_fraction(x xᵀ, delta)`, the same count.
+
+    Written as a masked sum of `_at_least` instead of a boolean count: on XLA:CPU the product
+    `x xᵀ`, the test and the sum then form one fused library kernel, while a comparison splits
+    them into separate kernels (~25 % of the phase-diagram kernel; benchmarks/phase_kernel.py).
+    """
+    n = x.shape[-2]
+    upper = np.triu(np.ones((n, n), dtype=x.dtype), k=1)
+    hits = jnp.sum(_at_least(x @ x.T, 1.0 - delta) * upper, axis=(-2, -1))
+    return hits / (n * (n - 1) // 2)
 
 
 def _euler_rows(x: Tokens, beta, dt, normalized: bool) -> Tokens:
@@ -348,7 +385,7 @@ class _Kernel(eqx.Module):
         return _reduce(x0) if isinstance(self.form, ReducedForm) else x0
 
     def advance(self):
-        """`(state, beta, dt) -> state` for one step."""
+        """`(state, beta, dt) -> state` for one step (`beta` a `_Beta`)."""
         normalized = self.dynamics is SA
         if isinstance(self.form, GramForm):
             return _gram_advance(self.integrator, normalized)
@@ -361,7 +398,7 @@ class _Kernel(eqx.Module):
         dynamics, integrator = self.dynamics, self.integrator
 
         def step(x, beta, dt):
-            return integrator.step(dynamics(beta, Q=q, K=k, V=v), x, dt)
+            return integrator.step(dynamics(beta.value, Q=q, K=k, V=v), x, dt)
 
         return step
 
@@ -376,6 +413,9 @@ class _Kernel(eqx.Module):
         a buffer of the saved values (the last slot is scratch for unsaved blocks).
         """
         advance = self.advance()
+        if not isinstance(self.form, GramForm):
+            # |β| before the loop (see `_Beta`). (The Gram form measured faster without.)
+            beta = _as_beta(beta)
         state = self.initial(x0)
         shape = jax.eval_shape(observable, state)
         buffer = jnp.zeros((plan.size + 1, *shape.shape), shape.dtype)
@@ -384,7 +424,9 @@ class _Kernel(eqx.Module):
 
         def block(carry, slot):
             state, buffer = carry
-            state = jax.lax.fori_loop(0, plan.block, lambda _, s: advance(s, beta, dt), state)
+            state = jax.lax.fori_loop(
+                0, plan.block, lambda _, s: advance(s, beta, dt), state, unroll=min(plan.block, 5)
+            )
             buffer = jax.lax.dynamic_update_index_in_dim(buffer, observable(state), slot, 0)
             return (state, buffer), None
 
@@ -393,7 +435,10 @@ class _Kernel(eqx.Module):
 
     def curve(self, plan: _Plan, beta, x0, dt, slots, inverse, delta):
         """The statistic at the saved times of one trajectory, shape `(T,)`."""
-        observable = lambda state: _pair_fraction(self.gram(state), delta)
+        if isinstance(self.form, GramForm):
+            observable = lambda g: _pair_fraction(g, delta)
+        else:
+            observable = lambda x: _pair_fraction_of_rows(x, delta)
         return self.observe(plan, beta, x0, dt, slots, inverse, observable)
 
 
@@ -403,7 +448,16 @@ def _chunk(params, static, plan: _Plan, betas, starts, dt, slots, inverse, delta
     waits for the result, and the host should prepare the next chunk meanwhile.)"""
     kernel = eqx.combine(params, static)
     one = lambda b, x: kernel.curve(plan, b, x, dt, slots, inverse, delta)
-    return jax.vmap(lambda b: jax.vmap(lambda x: one(b, x))(starts))(betas)
+    if not isinstance(kernel.form, ReducedForm):  # measured: these are as fast or faster nested
+        return jax.vmap(lambda b: jax.vmap(lambda x: one(b, x))(starts))(betas)
+    # One vmap over the flattened (β, start) pairs: with two nested vmaps XLA:CPU materializes a
+    # transposed copy of the n × n state for `x xᵀ` at every step instead of fusing it into the
+    # product (measured ~1.4× slower).
+    num_betas, num_starts = betas.shape[0], starts.shape[0]
+    pairs_beta = jnp.repeat(betas, num_starts)
+    pairs_start = jnp.tile(starts, (num_betas, 1, 1))
+    values = jax.vmap(one)(pairs_beta, pairs_start)
+    return values.reshape(num_betas, num_starts, -1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -696,8 +750,9 @@ def phase_diagram(
     - `integrator`: `ProjectedEuler()` (default), `ProjectedRK4()`, ...
     - `delta`: the tolerance `δ ∈ (0, 2]`.
     - `form`: `None` (automatic), `ReducedForm()`, `GramForm()` or `ParticleForm()`.
-    - `chunk_size`: trajectories per compiled call (default: about 4 MiB of per-trajectory
-      arrays, 256 trajectories for `n = 32`, `d ≥ n` in the reduced form, float64).
+    - `chunk_size`: trajectories per compiled call (default on CPU: about 4 MiB of
+      per-trajectory arrays, 256 trajectories for `n = 32`, `d ≥ n` in the reduced form,
+      float64; on an accelerator about 256 MiB, 16 384 trajectories there).
     - `in_flight`: chunks dispatched before waiting for the oldest (default 2).
     - `per_start`: also return every start's values `(B, S, T)`.
     - `progress`: show a progress bar over chunks (`None`: unless `WORKBENCH_PROGRESS=0`).
@@ -746,13 +801,17 @@ def phase_diagram(
     # ---- chunking: (β block) × (start block), padded to full blocks (one compilation) ----
     workers = in_flight or 2
     if chunk_size is None:
-        # About 4 MiB of per-trajectory arrays (the state and the n × n attention matrices) per
-        # call: larger batches leave the caches and run slower per step.
         width = (
             d if isinstance(form, ParticleForm) else n if isinstance(form, GramForm) else min(n, d)
         )
         trajectory_bytes = n * (n + width) * jnp.dtype(dtype).itemsize
-        chunk_size = int(min(1024, max(8, (4 << 20) // trajectory_bytes)))
+        if next(iter(x.devices())).platform == "cpu":
+            # About 4 MiB of per-trajectory arrays (the state and the n × n attention matrices)
+            # per call: larger batches leave the caches and run slower per step.
+            budget, cap = 4 << 20, 1024
+        else:  # accelerators want wide batches: about 256 MiB per call
+            budget, cap = 256 << 20, 1 << 16
+        chunk_size = int(min(cap, max(8, budget // trajectory_bytes)))
     start_block = _split(num_starts, min(num_starts, chunk_size))
     beta_block = _split(b.size, max(1, chunk_size // start_block))
     num_beta_blocks = -(-b.size // beta_block)
