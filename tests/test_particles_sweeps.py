@@ -103,7 +103,11 @@ def test_reduced_coordinates_follow_the_same_flow(name, rng):
     run = lambda x: P.simulate(P.SA(4.0), x, t1=10.0, dt=0.1, integrator=integrator, save_ts=ts)
     gx, gr = (jnp.einsum("tid,tjd->tij", xs, xs) for xs in (run(x0), run(r0)))
     assert np.max(np.abs(np.asarray(gx - gr))) <= 1e-12
-    assert _reduce(x0[:, :5]) is not None and _reduce(x0[:, :5]).shape == (6, 5)  # d < n: as is
+    # d < n: the points themselves, with zero columns up to a multiple of 8 (exact)
+    small = _reduce(x0[:, :5])
+    assert small.shape == (6, 8)
+    assert np.array_equal(np.asarray(small[:, :5]), np.asarray(x0[:, :5]))
+    assert not np.any(np.asarray(small[:, 5:]))
 
 
 @pytest.mark.parametrize("dynamics", [P.SA, P.USA])
@@ -195,6 +199,19 @@ def test_sweep_equals_direct_loop(form, integrator, dynamics, rng):
     assert isinstance(pd.form, ReducedForm if form is None else type(form))
     assert pd.num_steps == 60
     assert 0.0 < pd.fraction.max() and pd.fraction[:, 0].max() == 0.0  # not a trivial diagram
+
+
+@pytest.mark.parametrize("integrator", [P.ProjectedEuler(), P.ProjectedRK4()])
+def test_sweep_with_d_below_n_equals_direct_loop(integrator, rng):
+    # d < n: the reduced form runs the points padded with zero columns (d = 3 -> 8).
+    betas, starts, ts, dt = np.array([1.0, 6.0]), _sphere(rng, 3, 10, 3), np.array([1.0, 5.0]), 0.1
+    pd = phase_diagram(
+        betas, starts, dt=dt, save_ts=ts, integrator=integrator, per_start=True, progress=False
+    )
+    want = _direct(P.SA, betas, starts, ts, dt, integrator)
+    pairs = 10 * 9 / 2  # the same clustered-pair counts (fractions can differ in the last bit)
+    np.testing.assert_array_equal(np.rint(pd.per_start * pairs), np.rint(want * pairs))
+    assert isinstance(pd.form, ReducedForm) and 0.0 < want.max()
 
 
 def test_sweep_with_matrices_equals_direct_loop(rng):
