@@ -371,6 +371,22 @@ def test_gamma_beta_vmap_over_beta_equals_loop():
     assert np.all(np.diff(np.asarray(sweep), axis=1) >= 0)  # gamma increases in t
 
 
+def test_gamma_beta_lengths_share_a_compilation():
+    # Output lengths 9 … 16 are padded to 16: one compilation, and the padding changes nothing
+    # (equal to the unpadded solve bit for bit).
+    from workbench.particles import _theory
+
+    grids = [jnp.linspace(0.0, 10.0, size) for size in range(9, 17)]
+    before = _theory._gamma_beta._cache_size()
+    got = [gamma_beta(ts, 3.0, 16) for ts in grids]
+    assert _theory._gamma_beta._cache_size() - before <= 1  # 0 if another test compiled it
+    kw = dict(kind="SA", rtol=1e-13, atol=1e-13, max_steps=16384)
+    for ts, g in zip(grids, got):
+        direct = _theory._gamma_beta(ts, jnp.asarray(3.0), jnp.asarray(16.0), **kw)
+        assert g.shape == ts.shape
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(direct))
+
+
 @pytest.mark.parametrize("kind", ["SA", "USA"])
 def test_gamma_matches_particle_system_from_orthogonal_start(kind):
     """Thm 6.8 / oracle 2: from x(0) = I every off-diagonal Gram entry equals gamma_beta(t)."""
