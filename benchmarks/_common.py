@@ -1,5 +1,9 @@
-"""Shared pieces of the benchmark scripts: environment record, atomic JSON, timing statistics,
+"""Shared pieces of the benchmark scripts: environment record, JSON output, timing statistics,
 and the hand-written equinox encoders that the workbench is measured against.
+
+The environment record and the atomic JSON writer are `workbench.io`'s (`environment`,
+`atomic_write_json`); this module only adds what a benchmark needs on top (CPU model, torch
+version, load average, XLA flags).
 
 The baselines here are written from scratch, the way a competent JAX user would write a
 post-LN `torch.nn.TransformerEncoder` in equinox: one `EncoderLayer` module, and either a
@@ -7,13 +11,9 @@ post-LN `torch.nn.TransformerEncoder` in equinox: one `EncoderLayer` module, and
 (`LoopEncoder`, unrolled at trace time).
 """
 
-import datetime
-import json
 import math
 import os
 import platform
-import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from importlib import metadata
@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
+
+from workbench.io import atomic_write_json, environment as workbench_environment
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -38,30 +40,24 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def environment() -> dict:
-    """What the numbers depend on: versions, CPU, platform, date, XLA flags."""
+    """`workbench.io.environment()` plus what benchmark numbers also depend on.
+
+    Added to its dict: `processor` (CPU model), `os_cpu_count` (all CPUs, next to its
+    `cpu_count`, the affinity mask), the torch version in `packages`, `XLA_FLAGS`, and the load
+    average at the time of the call.
+    """
+    env = workbench_environment()
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
     return {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "machine": platform.machine(),
+        **env,
+        "packages": {**env["packages"], "torch": torch_version},
         "processor": _cpu_model(),
-        "cpu_count": cpu_count(),
         "os_cpu_count": os.cpu_count(),
-        "jax_backend": jax.default_backend(),
-        "jax_devices": [str(d) for d in jax.devices()],
-        "versions": {
-            k: _version(k) for k in ("jax", "jaxlib", "equinox", "numpy", "torch", "workbench")
-        },
         "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
-        "jax_enable_x64": bool(jax.config.jax_enable_x64),
         # Other processes share these CPUs; a high load makes every number noisier.
         "loadavg_1_5_15_min": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
@@ -79,24 +75,9 @@ def _cpu_model() -> str:
 
 
 def write_json(path: str, obj) -> None:
-    """Write `obj` as JSON atomically: a temp file in the same folder, then `os.replace`."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give results the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """`workbench.io.atomic_write_json`, after creating the destination folder if needed."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_json(path, obj)
 
 
 # ----------------------------------------------------------------------------- timing

@@ -15,7 +15,10 @@ Outputs are first checked by value against the workbench (max abs difference < 1
 warm-up, then `rounds` rounds that each time one forward call of every implementation, in an order
 that rotates from round to round (so drift and noise hit all three alike); JAX calls are blocked on.
 Reported: median, IQR, ratios of medians workbench/plain-equinox (goal <= 1.10) and
-workbench/torch, the median of the per-round ratios, and trace+lower / XLA compile times.
+workbench/torch, the median of the per-round ratios, and trace+lower / XLA compile times. For each
+implementation both a cold and a warm time: cold = the first call of a freshly jitted forward
+after `jax.clear_caches()` (trace + compile + run; torch: its first forward), warm = the median
+over the timed rounds.
 
 Run: `python benchmarks/zero_cost.py [--smoke] [--rounds R]`.
 """
@@ -101,20 +104,21 @@ class Config:
 
 
 def jax_forward(model):
-    """`(jitted, params)`: `jax.jit` of `vmap(model)` with the weights as arguments."""
+    """`(forward, params)`: `forward(params, x) = vmap(model)(x)`, the weights as arguments (to
+    be `jax.jit`-ed)."""
     params, static = eqx.partition(model, eqx.is_array)
 
     def forward(p, u):
         return jax.vmap(eqx.combine(p, static))(u)
 
-    return jax.jit(forward), params
+    return forward, params
 
 
-def compile_times(jitted, params, x) -> dict:
+def compile_times(forward, params, x) -> dict:
     """Cold trace+lower and XLA compile times, plus a census of the optimized HLO."""
     jax.clear_caches()
     t0 = time.perf_counter()
-    lowered = jitted.lower(params, x)
+    lowered = jax.jit(forward).lower(params, x)
     t1 = time.perf_counter()
     compiled = lowered.compile()
     t2 = time.perf_counter()
@@ -123,6 +127,21 @@ def compile_times(jitted, params, x) -> dict:
         "compile_s": t2 - t1,
         "optimized_hlo_ops": hlo_census(compiled.as_text()),
     }
+
+
+def cold_first_calls(forwards, torch_call, x) -> dict[str, float]:
+    """The first call of each implementation, cold: for JAX a new `jax.jit` of the forward after
+    `jax.clear_caches()` (trace + compile + run, blocked on); for torch its first forward."""
+    out = {}
+    for name, (forward, params) in forwards.items():
+        jax.clear_caches()
+        t = time.perf_counter()
+        jax.jit(forward)(params, x).block_until_ready()
+        out[name] = time.perf_counter() - t
+    t = time.perf_counter()
+    torch_call()
+    out["torch"] = time.perf_counter() - t
+    return out
 
 
 def hlo_census(text: str) -> dict[str, int]:
@@ -158,8 +177,12 @@ def setup(cfg: Config):
     )
     plain_model = ScanEncoder.from_torch(sd, num_heads=cfg.num_heads, dtype=jnp.dtype(cfg.dtype))
     torch_model = torch_encoder(sd, num_heads=cfg.num_heads, eps=1e-5)
-    wb_jit, wb_params = jax_forward(workbench_model)
-    plain_jit, plain_params = jax_forward(plain_model)
+    forwards = {
+        "workbench": jax_forward(workbench_model),
+        "plain_equinox": jax_forward(plain_model),
+    }
+    (wb_forward, wb_params), (plain_forward, plain_params) = forwards.values()
+    wb_jit, plain_jit = jax.jit(wb_forward), jax.jit(plain_forward)
 
     def torch_call():
         with torch.inference_mode():
@@ -170,9 +193,8 @@ def setup(cfg: Config):
         "plain_equinox": lambda: plain_jit(plain_params, x).block_until_ready(),
         "torch": torch_call,
     }
-    jitted = {"workbench": (wb_jit, wb_params), "plain_equinox": (plain_jit, plain_params)}
     eager = lambda: jax.vmap(workbench_model)(x)
-    return calls, jitted, eager, x
+    return calls, forwards, eager, x
 
 
 def check_values(calls, eager) -> dict:
@@ -248,16 +270,11 @@ def main(cfg: Config, out: str) -> dict:
     t_start = time.perf_counter()
     threads = cpu_count()
     torch.set_num_threads(threads)
-    calls, jitted, eager, x = setup(cfg)
-    compile_info = {name: compile_times(f, p, x) for name, (f, p) in jitted.items()}
-    # Cold first calls: trace + compile + run (JAX; caches cleared so neither reuses the
-    # executables built above) / kernel selection and allocator warm-up (torch).
-    jax.clear_caches()
-    first_call = {}
-    for name, call in calls.items():
-        t = time.perf_counter()
-        call()
-        first_call[name] = time.perf_counter() - t
+    calls, forwards, eager, x = setup(cfg)
+    compile_info = {name: compile_times(f, p, x) for name, (f, p) in forwards.items()}
+    # Cold first calls: trace + compile + run (JAX: a new jit, caches cleared, so nothing built
+    # above is reused) / kernel selection and allocator warm-up (torch).
+    first_call = cold_first_calls(forwards, calls["torch"], x)
     checks = check_values(calls, eager)
 
     quiet = wait_for_quiet(cfg.wait_quiet_s, cfg.quiet_threshold)
@@ -266,6 +283,16 @@ def main(cfg: Config, out: str) -> dict:
             call()
     samples, loads = time_rounds(calls, cfg)
     summary = summarize(samples, loads, cfg)
+    warm = {name: t["median_s"] for name, t in summary["forward"].items()}
+    cold_warm = {
+        name: {
+            "cold_first_call_s": first_call[name],
+            "warm_median_s": warm[name],
+            "cold_minus_warm_s": first_call[name] - warm[name],
+            "cold_includes": "a first forward" if name == "torch" else "trace + compile + run",
+        }
+        for name in calls
+    }
     ratio = summary["ratios"]["workbench_over_plain_equinox"]
     record = {
         "benchmark": "zero_cost",
@@ -281,6 +308,7 @@ def main(cfg: Config, out: str) -> dict:
         **summary,
         "samples_s": samples,
         "first_call_s": first_call,
+        "cold_warm": cold_warm,
         "compile": compile_info,
         "goal": {
             "metric": "median workbench / median plain_equinox",
@@ -322,14 +350,29 @@ def report(record: dict, cfg: Config, out: str) -> None:
     header = ["impl", "median ms", "IQR ms", "min ms", "tokens/s", "x workbench"]
     print(table(rows, header))
     print()
-    first = record["first_call_s"]
+    cw, comp = record["cold_warm"], record["compile"]
     crows = [
-        [k, v["trace_lower_s"], v["compile_s"], first[k], v["optimized_hlo_ops"]["total"]]
-        for k, v in record["compile"].items()
+        [
+            k,
+            comp[k]["trace_lower_s"] if k in comp else "-",
+            comp[k]["compile_s"] if k in comp else "-",
+            v["cold_first_call_s"],
+            1e3 * v["warm_median_s"],
+            comp[k]["optimized_hlo_ops"]["total"] if k in comp else "-",
+        ]
+        for k, v in cw.items()
     ]
-    crows.append(["torch", "-", "-", first["torch"], "-"])
-    header = ["impl", "trace+lower s", "compile s", "cold 1st call s", "optimized HLO instrs"]
+    header = [
+        "impl",
+        "trace+lower s",
+        "compile s",
+        "cold 1st call s",
+        "warm median ms",
+        "optimized HLO instrs",
+    ]
     print(table(crows, header))
+    print("(cold: JAX a new jit after jax.clear_caches(), trace + compile + run; torch its first")
+    print(" forward. warm: the median of the timed rounds above)")
     print()
     for name, c in record["checks"].items():
         verdict = "ok" if c["pass"] else "FAIL"

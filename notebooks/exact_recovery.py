@@ -60,14 +60,15 @@ for scheme in (wb.schemes.LieTrotter(), wb.schemes.Strang(), wb.schemes.Yoshida4
     )
 
 # %% [markdown]
-# ## The study, as `workbench run exact-recovery --smoke` runs it
+# ## The study, without a run folder
+#
+# A study is a computation (`compute` → typed `Results`), its figures, a report and a verdict
+# computed from the numbers; `workbench run exact-recovery --smoke` writes the same to a folder.
 
 # %%
-import pathlib
-import tempfile
-
 import studies.exact_recovery as study
 
-out = pathlib.Path(tempfile.mkdtemp())
-results = wb.report.run_study(study, study.smoke_config(), out, smoke=True)
-print(results["report"])
+results = study.compute(study.smoke_config())
+print(study.verdict(results))
+print(study.report(results))
+study.figures(results)["errors"]

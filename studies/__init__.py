@@ -2,49 +2,40 @@
 
 The study protocol
 ------------------
-A study is a plain module in this package. It must define:
+A study is a plain module in this package. Its computation is separate from its presentation,
+so a notebook, a test or the training loop can call `compute` and get numbers without files:
 
 - a **module docstring** whose first paragraph states the question the study answers;
 - `NAME: str` — the command-line name, lowercase words joined by `-` (e.g. `"exact-recovery"`);
   it must equal the study's key in `STUDIES`;
 - `SUMMARY: str` — one line, shown by `workbench list`;
-- `Config` — a frozen dataclass (`@dataclasses.dataclass(frozen=True)`) whose typed fields have
-  defaults giving the full-size study. Field types the command line can set:
-  `int`, `float`, `bool`, `str`, `tuple[int, ...]`, `tuple[float, ...]`, `tuple[str, ...]`,
-  `typing.Literal[...]` of strings or ints, and `X | None` of those;
-- `smoke_config() -> Config` — the same study shrunk to run in seconds on a CPU (smaller sizes,
-  fewer steps), used by `--smoke`, by `workbench tour` and by the tests;
-- `main(config: Config, out: pathlib.Path) -> dict` — runs the study, writes its plots (PNG)
-  into the existing folder `out` (with `workbench._report.save_figure`, after checking
-  `have_matplotlib()`), and returns a JSON-able dict of results that contains the key
-  `"report"`: a short markdown text (no top-level title needed) answering the question.
+- `Config` — a frozen dataclass whose typed fields have defaults giving the full-size study, and
+  whose `__post_init__` validates every field's range and the relations between fields with the
+  checks of `studies._config` (a `ConfigError`, one line naming the field, the value and what
+  is allowed). Field types the command line can set: `int`, `float`, `bool`, `str`,
+  `tuple[int, ...]`, `tuple[float, ...]`, `tuple[str, ...]`, `typing.Literal[...]` of strings or
+  ints, and `X | None` of those;
+- `smoke_config() -> Config` — the same study sized to run in seconds on a CPU, used by
+  `--smoke`, by `workbench tour` and by the tests;
+- `Results` — a dataclass of numbers (floats, ints, strings that label rows, numpy arrays,
+  lists/dicts/dataclasses of those) whose first field is `config: Config`;
+- `compute(config) -> Results` — the computation: no files, no plots, no prose. It chooses its
+  own precision in a scoped context (`with jax.enable_x64(True):`) and never changes global JAX
+  configuration;
+- `figures(results) -> dict[str, Figure]` — matplotlib figures by name (saved as `<name>.png`);
+- `report(results) -> str` — markdown (no top-level title) describing the numbers;
+- `verdict(results) -> str` — the answer to the question, computed from the numbers: its first
+  word is `Yes`, `No` or `Partly`, and it says `No` when the numbers do. Every study has a test
+  that builds failing `Results` and checks that the verdict flips.
 
-`main` chooses its own precision (`workbench run` and `workbench tour` turn on float64 before
-running it), must not read the command line, and must not write outside `out`. The harness
-(`workbench._harness.run_study`) writes `out/config.json` (the config, whether it is a smoke
-run, and the environment) before calling `main`, then pops `"report"` from the returned dict,
-and writes it to `out/report.md` and the rest to `out/results.json`, all atomically.
+The harness (`studies._harness.run_study`) writes `config.json` (the config, whether it is a
+smoke run, and the environment) before calling `compute`, then `results.json`, the figures and
+`report.md` (the verdict, then the report), all atomically. In a notebook::
 
-A minimal study::
-
-    \"\"\"Does the sum of squares 1..n equal n(n+1)(2n+1)/6?\"\"\"
-    import dataclasses, pathlib
-
-    NAME = "squares"
-    SUMMARY = "Sum of squares against its closed form."
-
-    @dataclasses.dataclass(frozen=True)
-    class Config:
-        n: int = 1000
-
-    def smoke_config() -> Config:
-        return Config(n=10)
-
-    def main(config: Config, out: pathlib.Path) -> dict:
-        total = sum(k * k for k in range(1, config.n + 1))
-        exact = config.n * (config.n + 1) * (2 * config.n + 1) // 6
-        return {"total": total, "exact": exact,
-                "report": f"Sum of squares to {config.n}: {total} (closed form {exact})."}
+    import studies.repulsion as s
+    r = s.compute(s.smoke_config())
+    s.figures(r)["gaps"]          # a matplotlib Figure
+    print(s.verdict(r))
 
 Registering a study
 -------------------
@@ -58,7 +49,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["STUDIES", "get_study"]
+from ._config import ConfigError as ConfigError
+
+__all__ = ["STUDIES", "ConfigError", "get_study"]
 
 STUDIES: dict[str, str] = {
     "exact-recovery": "studies.exact_recovery",
@@ -69,6 +62,7 @@ STUDIES: dict[str, str] = {
     "phase-diagram": "studies.phase_diagram",
     "step-convergence": "studies.step_convergence",
     "convergence-order": "studies.convergence_order",
+    "penalty-form": "studies.penalty",
     "splitting-error": "studies.splitting_error",
     "plan": "studies.plan",
     "resolution": "studies.resolution",
@@ -86,7 +80,7 @@ def get_study(name: str) -> ModuleType:
     - `name`: a key of `STUDIES`, e.g. `"exact-recovery"`.
 
     **Returns:** the module (not yet checked against the protocol; see
-    `workbench._harness.check_study`).
+    `studies._harness.check_study`).
 
     **Raises:** `ValueError` listing the valid names if `name` is not registered. Errors raised
     while importing the module propagate unchanged.

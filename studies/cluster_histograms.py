@@ -1,20 +1,17 @@
-"""How does the distribution of pairwise inner products of the particle model evolve over time?
+"""Does the mass of the pairwise inner products ⟨x_i, x_j⟩ of the particle model pile up at 1 over
+time, as Fig. 1 of paper B sees over depth for a trained Transformer?
 
 Fig. 1 of paper B histograms the pairwise inner products ⟨x_i, x_j⟩ (i ≠ j) of the normalized
 hidden states of a trained Transformer (ALBERT) layer by layer and sees the mass pile up at 1 as
 depth grows. Here the same statistic is computed for the particle model itself: SA dynamics
 (Q = K = V = I) from uniform random starts on S^{d−1}, for several β and d, with time t in the
-role of depth. The answer is the fraction of pairs near 1 (⟨x_i, x_j⟩ ≥ 1 − δ) over time, and where
-it stalls (metastable multi-cluster states at low d and large β).
-
-Outputs: `heatmaps.png` (log-density of the histogram over (⟨x_i, x_j⟩, t), one panel per β and
-d), `histograms.png` (Fig. 1 style: histograms at a few times, one row per d) and
-`mass_near_one.png` (fraction of pairs with ⟨x_i, x_j⟩ ≥ 1 − δ against t).
+role of depth. The measure is the fraction of pairs near 1 (⟨x_i, x_j⟩ ≥ 1 − δ) over time, and
+where it stalls: in a few tight clusters (metastable states, Fig. 4), or still forming in high d
+where Thm 6.9's Γ_∞ curve puts the pile-up after t1.
 """
 
 import dataclasses
 import functools
-import pathlib
 from typing import Literal
 
 import jax
@@ -22,11 +19,21 @@ import jax.numpy as jnp
 import numpy as np
 
 import workbench as wb
+from studies._config import (
+    check_choices,
+    check_multiple,
+    check_nonempty,
+    check_positive,
+    check_range,
+    steps_in,
+)
+from studies._report import markdown_table, new_figure, progress
 
 NAME = "cluster-histograms"
 SUMMARY = "Fig. 1 for the particle model: histograms of ⟨x_i, x_j⟩ over time (SA, several β, d)."
 
-INTEGRATORS = {"euler": wb.particles.ProjectedEuler(), "rk4": wb.particles.ProjectedRK4()}
+COLLAPSED = 0.99
+"""A (β, d) case has piled up at 1 when this fraction of its pairs (mean over starts) is near 1."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,17 +48,33 @@ class Config:
     dt: float = 0.1
     save_every: float = 0.5
     """Histogram spacing in time; a multiple of `dt`."""
-    integrator: Literal["rk4", "euler"] = "rk4"
-    """`rk4` = ProjectedRK4; `euler` = ProjectedEuler (the authors' integrator)."""
+    integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
+    """A sphere integrator of `wb.particles.INTEGRATORS` (`euler` is the authors')."""
     bins: int = 100
     """Equal bins on [−1, 1]."""
     delta: float = 1e-3
     """"Near 1" means ⟨x_i, x_j⟩ ≥ 1 − δ (the paper's Fig. 3 tolerance)."""
     snapshot_times: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
-    """Times shown as Fig. 1 style histograms and tabulated in the report."""
+    """Times (in [0, t1]; the nearest saved time is used) shown as Fig. 1 style histograms."""
     histogram_beta: float = 4.0
     """The β of the Fig. 1 style grid (must be one of `betas`)."""
     seed: int = 0
+
+    def __post_init__(self):
+        check_range(self, "n", 2)
+        check_nonempty(self, "betas", "dims", "snapshot_times")
+        check_positive(self, "betas", allow_zero=True)
+        check_range(self, "dims", 2)
+        check_range(self, "num_starts", 1)
+        check_positive(self, "t1", "dt", "save_every")
+        check_multiple(self, "save_every", of="dt")
+        check_multiple(self, "t1", of="save_every")
+        check_choices(self, "integrator", wb.particles.INTEGRATORS)
+        check_range(self, "bins", 2)
+        check_range(self, "delta", 0, 1, low_open=True, high_open=True)
+        check_range(self, "snapshot_times", 0, self.t1)
+        check_choices(self, "histogram_beta", self.betas)
+        check_range(self, "seed", 0)
 
 
 def smoke_config() -> Config:
@@ -68,15 +91,47 @@ def smoke_config() -> Config:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One (β, d): the fraction of pairs near 1 at the snapshot times and the final clusters."""
+
+    beta: float
+    d: int
+    fraction_near_one: list[float]
+    """Mean over starts, at `Results.snapshot_times`."""
+    fraction_top_bin: list[float]
+    final_fraction_min_over_starts: float
+    final_fraction_max_over_starts: float
+    t_half: float | None
+    """First time the mean fraction near 1 reaches ½ (interpolated); None if not by t1."""
+    t_99: float | None
+    """Same for 99 %."""
+    gamma_infinity_time: float
+    """t*(β): γ_β(t*) = 1 − δ (Γ_∞, the d → ∞ prediction of Thm 6.9)."""
+    final_clusters_median: float
+    final_clusters: list[int]
+    """Clusters (components of ⟨x_i, x_j⟩ ≥ 1 − δ) at t1, per start."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    ts: np.ndarray
+    edges: np.ndarray
+    snapshot_times: list[float]
+    """The saved times nearest to `config.snapshot_times`."""
+    pairs_per_start: int
+    counts: np.ndarray
+    """(β, d, t, bins): histogram counts of ordered pairs, pooled over starts."""
+    fraction_near_one: np.ndarray
+    """(β, d, start, t): fraction of pairs with ⟨x_i, x_j⟩ ≥ 1 − δ."""
+    fraction_near_one_mean: np.ndarray
+    """(β, d, t): its mean over starts."""
+    rows: list[Row]
+
+
 # ----------------------------------------------------------------------------------------------
 # computation
-
-
-def _uniform_starts(rng, num: int, n: int, d: int) -> np.ndarray:
-    """`num` configurations of `n` i.i.d. uniform points on S^{d−1}, shape `(num, n, d)` (NumPy:
-    no compilation per shape)."""
-    g = rng.standard_normal((num, n, d))
-    return g / np.linalg.norm(g, axis=-1, keepdims=True)
 
 
 def _histories(beta, x0, *, dt, steps_per_save, num_saves, bins, delta, integrator):
@@ -99,212 +154,242 @@ def _histories(beta, x0, *, dt, steps_per_save, num_saves, bins, delta, integrat
     return jnp.concatenate([c0[None], counts]), jnp.concatenate([f0[None], frac]), clusters
 
 
-def _grid_steps(value: float, dt: float, what: str) -> int:
-    k = round(value / dt)
-    if k < 1 or abs(k * dt - value) > 1e-9 * max(value, dt):
-        raise ValueError(f"{what}={value!r} must be a positive multiple of dt={dt!r}.")
-    return k
+def _time(t: float) -> float | None:
+    return None if np.isnan(t) else float(t)
 
 
-def _check(config: Config) -> None:
-    if not jax.config.jax_enable_x64:
-        raise ValueError(
-            f"{NAME} runs in float64 but jax_enable_x64 is off; run it with `workbench run {NAME}` "
-            "or call jax.config.update('jax_enable_x64', True) first."
-        )
-    if config.n < 2 or any(d < 2 for d in config.dims):
-        raise ValueError(f"n={config.n} and dims={config.dims} must all be >= 2.")
-    if config.num_starts < 1 or config.bins < 2:
-        raise ValueError("num_starts must be >= 1 and bins >= 2.")
-    if config.histogram_beta not in config.betas:
-        raise ValueError(
-            f"histogram_beta={config.histogram_beta!r} must be one of betas={config.betas}."
-        )
-
-
-def main(config: Config, out: pathlib.Path) -> dict:
-    _check(config)
-    steps_per_save = _grid_steps(config.save_every, config.dt, "save_every")
-    num_saves = _grid_steps(config.t1, config.save_every, "t1 (in units of save_every)")
+def compute(config: Config) -> Results:
+    num_saves = steps_in(config.t1, config.save_every)
     ts = np.arange(num_saves + 1) * config.save_every
-    integrator = INTEGRATORS[config.integrator]
-    n, pairs = config.n, config.n * (config.n - 1)
-    betas = jnp.asarray(config.betas, dtype=jnp.float64)
+    nb, nd, ns = len(config.betas), len(config.dims), config.num_starts
+    pairs = config.n * (config.n - 1)
     rng = np.random.default_rng(config.seed)
+    counts = np.zeros((nb, nd, ts.size, config.bins), dtype=np.int64)
+    frac = np.zeros((nb, nd, ns, ts.size))
+    clusters = np.zeros((nb, nd, ns), dtype=np.int64)
+    with jax.enable_x64(True):
+        run = functools.partial(
+            _histories,
+            dt=config.dt,
+            steps_per_save=steps_in(config.save_every, config.dt),
+            num_saves=num_saves,
+            bins=config.bins,
+            delta=config.delta,
+            integrator=wb.particles.INTEGRATORS[config.integrator],
+        )
+        # vmap over starts (inner) and β (outer); one compilation per d.
+        batched = jax.jit(jax.vmap(jax.vmap(run, in_axes=(None, 0)), in_axes=(0, None)))
+        betas = jnp.asarray(config.betas, dtype=jnp.float64)
+        for j, d in enumerate(progress(config.dims, desc=NAME)):
+            x0 = jnp.asarray(wb.particles.uniform_sphere(rng, ns, config.n, d))
+            c, f, k = batched(betas, x0)  # (B, S, T, bins), (B, S, T), (B, S)
+            counts[:, j] = np.asarray(c).sum(axis=1)
+            frac[:, j] = np.asarray(f)
+            clusters[:, j] = np.asarray(k)
+        t_star = np.asarray(wb.particles.gamma_infinity(betas, config.delta, config.n))
 
-    run = functools.partial(
-        _histories,
-        dt=config.dt,
-        steps_per_save=steps_per_save,
-        num_saves=num_saves,
-        bins=config.bins,
-        delta=config.delta,
-        integrator=integrator,
-    )
-    # vmap over starts (inner) and β (outer); one compilation per d.
-    batched = jax.jit(jax.vmap(jax.vmap(run, in_axes=(None, 0)), in_axes=(0, None)))
-
-    counts = np.zeros((len(config.betas), len(config.dims), ts.size, config.bins), dtype=np.int64)
-    frac = np.zeros((len(config.betas), len(config.dims), config.num_starts, ts.size))
-    clusters = np.zeros((len(config.betas), len(config.dims), config.num_starts), dtype=np.int64)
-    for j, d in enumerate(wb.report.progress(config.dims, desc=NAME)):
-        x0 = jnp.asarray(_uniform_starts(rng, config.num_starts, n, d))
-        c, f, k = batched(betas, x0)  # (B, S, T, bins), (B, S, T), (B, S)
-        counts[:, j] = np.asarray(c).sum(axis=1)
-        frac[:, j] = np.asarray(f)
-        clusters[:, j] = np.asarray(k)
-    # Γ_∞ (Thm 6.9): when γ_β(t), the high-d limit of every Gram entry, reaches 1 − δ.
-    t_star = np.asarray(wb.particles.gamma_infinity(betas, config.delta, n))
-    edges = np.linspace(-1.0, 1.0, config.bins + 1)
-
-    density = counts / (config.num_starts * pairs)  # fraction of ordered pairs per bin
+    density = counts / (ns * pairs)  # fraction of ordered pairs per bin
     frac_mean = frac.mean(axis=2)  # (B, D, T)
-    top_bin = density[..., -1]
-    snap_idx = [int(np.argmin(np.abs(ts - s))) for s in config.snapshot_times]
-
-    def first_time(series, level):
-        hit = np.flatnonzero(series >= level)
-        return float(ts[hit[0]]) if hit.size else None
-
-    rows = []
-    for b, beta in enumerate(config.betas):
-        for j, d in enumerate(config.dims):
-            rows.append(
-                {
-                    "beta": beta,
-                    "d": d,
-                    "fraction_near_one": [float(frac_mean[b, j, k]) for k in snap_idx],
-                    "fraction_top_bin": [float(top_bin[b, j, k]) for k in snap_idx],
-                    "final_fraction_min_over_starts": float(frac[b, j, :, -1].min()),
-                    "final_fraction_max_over_starts": float(frac[b, j, :, -1].max()),
-                    "t_half": first_time(frac_mean[b, j], 0.5),
-                    "t_99": first_time(frac_mean[b, j], 0.99),
-                    "gamma_infinity_time": float(t_star[b]),
-                    "final_clusters_median": float(np.median(clusters[b, j])),
-                    "final_clusters": clusters[b, j].tolist(),
-                }
-            )
-
-    if wb.report.have_matplotlib():
-        _plot_heatmaps(config, ts, edges, density, out / "heatmaps.png")
-        _plot_histograms(config, ts, edges, density, snap_idx, out / "histograms.png")
-        _plot_mass(config, ts, frac, out / "mass_near_one.png")
-
-    report = _report(config, ts, rows, snap_idx)
-    return {
-        "ts": ts.tolist(),
-        "edges": edges.tolist(),
-        "snapshot_times": [float(ts[k]) for k in snap_idx],
-        "pairs_per_start": pairs,
-        "counts": counts.tolist(),
-        "fraction_near_one_mean": frac_mean.tolist(),
-        "rows": rows,
-        "report": report,
-    }
+    t_half = wb.particles.half_time(ts, frac_mean, 0.5)
+    t_99 = wb.particles.half_time(ts, frac_mean, COLLAPSED)
+    snap = [int(np.argmin(np.abs(ts - s))) for s in config.snapshot_times]
+    rows = [
+        Row(
+            beta=beta,
+            d=d,
+            fraction_near_one=[float(frac_mean[b, j, k]) for k in snap],
+            fraction_top_bin=[float(density[b, j, k, -1]) for k in snap],
+            final_fraction_min_over_starts=float(frac[b, j, :, -1].min()),
+            final_fraction_max_over_starts=float(frac[b, j, :, -1].max()),
+            t_half=_time(t_half[b, j]),
+            t_99=_time(t_99[b, j]),
+            gamma_infinity_time=float(t_star[b]),
+            final_clusters_median=float(np.median(clusters[b, j])),
+            final_clusters=clusters[b, j].tolist(),
+        )
+        for b, beta in enumerate(config.betas)
+        for j, d in enumerate(config.dims)
+    ]
+    return Results(
+        config=config,
+        ts=ts,
+        edges=np.linspace(-1.0, 1.0, config.bins + 1),
+        snapshot_times=[float(ts[k]) for k in snap],
+        pairs_per_start=pairs,
+        counts=counts,
+        fraction_near_one=frac,
+        fraction_near_one_mean=frac_mean,
+        rows=rows,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
-# report and plots
+# verdict and report
+
+
+def _few(config: Config) -> int:
+    """At most this many clusters at t1 in every start = a metastable stall (Fig. 4)."""
+    return max(2, config.n // 8)
+
+
+def _classify(results: Results) -> dict[str, list[Row]]:
+    """Cases by outcome at t1: piled up at 1; stalled in a few tight clusters; still forming
+    before the Γ_∞ time t*(β); still forming at or after t*; mass near 1 not grown."""
+    c, few = results.config, _few(results.config)
+    start, end = results.fraction_near_one_mean[..., 0], results.fraction_near_one_mean[..., -1]
+    groups = {
+        "collapsed": [],
+        "metastable": [],
+        "before_t_star": [],
+        "after_t_star": [],
+        "lost": [],
+    }
+    for r in results.rows:
+        b, j = c.betas.index(r.beta), c.dims.index(r.d)
+        if r.t_99 is not None:
+            groups["collapsed"].append(r)
+        elif end[b, j] < start[b, j]:
+            groups["lost"].append(r)
+        elif max(r.final_clusters) <= few:
+            groups["metastable"].append(r)
+        elif c.t1 < r.gamma_infinity_time:
+            groups["before_t_star"].append(r)
+        else:
+            groups["after_t_star"].append(r)
+    return groups
+
+
+def _case(r: Row) -> str:
+    return f"β = {r.beta:g}, d = {r.d}"
+
+
+def verdict(results: Results) -> str:
+    c, g = results.config, _classify(results)
+    total = len(results.rows)
+    parts = [
+        f"By t = {c.t1:g}, ≥ {COLLAPSED:.0%} of the pairs are within δ = {c.delta:g} of 1 "
+        f"(mean over starts) in {len(g['collapsed'])} of {total} (β, d) cases"
+    ]
+    if g["metastable"]:
+        parts.append(
+            f"it stalls with every start in ≤ {_few(c)} clusters (metastable, Fig. 4) in "
+            f"{len(g['metastable'])}: "
+            + ", ".join(
+                f"{_case(r)} ({min(r.final_clusters)}–{max(r.final_clusters)} clusters, "
+                f"{r.fraction_near_one[-1]:.2f} near 1)"
+                for r in g["metastable"]
+            )
+        )
+    if g["before_t_star"]:
+        parts.append(
+            "clusters are still forming before the Γ_∞ time t*(β) > t1 (Thm 6.9) in "
+            f"{len(g['before_t_star'])}: "
+            + ", ".join(
+                f"{_case(r)} (t* = {r.gamma_infinity_time:.3g})" for r in g["before_t_star"]
+            )
+        )
+    if g["after_t_star"]:
+        parts.append(
+            f"clusters are still forming although t1 ≥ t*(β) in {len(g['after_t_star'])}: "
+            + ", ".join(
+                f"{_case(r)} (up to {max(r.final_clusters)} clusters, "
+                f"t* = {r.gamma_infinity_time:.3g})"
+                for r in g["after_t_star"]
+            )
+        )
+    if g["lost"]:
+        parts.append(
+            f"the mass near 1 is lower at t1 than at t = 0 in {len(g['lost'])}: "
+            + ", ".join(_case(r) for r in g["lost"])
+        )
+    if len(g["collapsed"]) == total:
+        word = "Yes"
+    elif g["collapsed"] and not g["lost"]:
+        word = "Partly"
+    else:
+        word = "No"
+    return f"{word}. " + "; ".join(parts) + "."
 
 
 def _fmt_time(t) -> str:
-    return "not reached" if t is None else f"{t:g}"
+    return "not reached" if t is None else f"{t:.3g}"
 
 
-def _report(config: Config, ts, rows, snap_idx) -> str:
-    snaps = [f"t={ts[k]:g}" for k in snap_idx]
-    table = wb.report.markdown_table(
+def report(results: Results) -> str:
+    c = results.config
+    table = markdown_table(
         [
             "β",
             "d",
-            *snaps,
+            *(f"t={t:g}" for t in results.snapshot_times),
             "t(½ near 1)",
-            "t(99% near 1)",
+            f"t({COLLAPSED:.0%} near 1)",
             "Γ_∞ time t*(β)",
-            f"clusters at t={config.t1:g} (min–max over starts)",
+            f"clusters at t={c.t1:g} (min–max over starts)",
+            "final fraction near 1 (min–max over starts)",
         ],
         [
             [
-                r["beta"],
-                r["d"],
-                *(f"{v:.3f}" for v in r["fraction_near_one"]),
-                _fmt_time(r["t_half"]),
-                _fmt_time(r["t_99"]),
-                f"{r['gamma_infinity_time']:.3g}",
-                f"{min(r['final_clusters'])}–{max(r['final_clusters'])}",
+                r.beta,
+                r.d,
+                *(f"{v:.3f}" for v in r.fraction_near_one),
+                _fmt_time(r.t_half),
+                _fmt_time(r.t_99),
+                f"{r.gamma_infinity_time:.3g}",
+                f"{min(r.final_clusters)}–{max(r.final_clusters)}",
+                f"{r.final_fraction_min_over_starts:.3f}–{r.final_fraction_max_over_starts:.3f}",
             ]
-            for r in rows
+            for r in results.rows
         ],
     )
-    collapsed = [r for r in rows if r["t_99"] is not None]
-    # Not at one cluster by t1: every start in a few tight clusters (metastable, Fig. 4), or
-    # clusters still forming (many components left; in high d, t1 < t*).
-    few = max(2, config.n // 8)
-    metastable = [r for r in rows if r["t_99"] is None and max(r["final_clusters"]) <= few]
-    slow = [r for r in rows if r["t_99"] is None and r not in metastable]
-    lines = [
-        f"SA dynamics, n = {config.n}, {config.num_starts} uniform random starts per (β, d) "
-        f"(the same starts for every β), {config.integrator} with dt = {config.dt}, float64. "
-        f"Histograms of ⟨x_i, x_j⟩ over the n(n−1) = {config.n * (config.n - 1)} ordered pairs "
-        f"i ≠ j, {config.bins} bins on [−1, 1], every {config.save_every} in t ∈ [0, {config.t1:g}].",
-        "",
-        f"**Fraction of pairs near 1** (⟨x_i, x_j⟩ ≥ 1 − δ, δ = {config.delta:g}, mean over starts) "
-        "at selected times; the first time the mean reaches ½ and 99 %; the time t*(β) at which "
-        "γ_β(t) = 1 − δ (the Γ_∞ curve, the d → ∞ prediction of Thm 6.9); and the number of "
-        "clusters (components of ⟨x_i, x_j⟩ ≥ 1 − δ) at the final time, over the starts:",
-        "",
-        table,
-        "",
-        f"**Answer.** As in Fig. 1, the histogram's mass moves to 1 as t (depth) grows: in "
-        f"{len(collapsed)} of {len(rows)} (β, d) cases ≥ 99 % of the pairs are within δ of 1 by "
-        f"t = {config.t1:g} (one cluster).",
-    ]
-    if metastable:
-        desc = ", ".join(
-            f"β = {r['beta']:g}, d = {r['d']} ({min(r['final_clusters'])}–"
-            f"{max(r['final_clusters'])} clusters, {r['fraction_near_one'][-1]:.2f} near 1)"
-            for r in metastable
-        )
-        lines.append(
-            f"It stalls below 1, with every start in at most {few} tight clusters, for {desc}: "
-            "the metastable states of Fig. 4; the histogram keeps isolated peaks at the inner "
-            "products between cluster centres."
-        )
-    if slow:
-        desc = ", ".join(
-            f"β = {r['beta']:g}, d = {r['d']} (up to {max(r['final_clusters'])} clusters, "
-            f"t* = {r['gamma_infinity_time']:.3g})"
-            for r in slow
-        )
-        lines.append(
-            f"Clusters are still forming at t = {config.t1:g} for {desc}; in high d the pile-up "
-            "follows γ_β and comes near t*(β), beyond t1 for large β."
-        )
-    lines.append(
-        "Larger β delays the pile-up (attention is more local); larger d makes the histograms "
-        "narrower and the transition sharper and more uniform across starts (Thm 6.9: Gram "
-        "entries concentrate around γ_β(t))."
+    return (
+        f"SA dynamics, n = {c.n}, {c.num_starts} uniform random starts per (β, d) (the same "
+        f"starts for every β), {c.integrator} with dt = {c.dt}, float64. Histograms of "
+        f"⟨x_i, x_j⟩ over the n(n−1) = {results.pairs_per_start} ordered pairs i ≠ j, {c.bins} "
+        f"bins on [−1, 1], every {c.save_every} in t ∈ [0, {c.t1:g}].\n\n"
+        f"**Fraction of pairs near 1** (⟨x_i, x_j⟩ ≥ 1 − δ, δ = {c.delta:g}, mean over starts) "
+        "at selected times; the first time the mean reaches ½ and "
+        f"{COLLAPSED:.0%} (linear interpolation between saved times); the time t*(β) at which "
+        "γ_β(t) = 1 − δ (the Γ_∞ curve, the d → ∞ prediction of Thm 6.9); the number of "
+        "clusters (components of ⟨x_i, x_j⟩ ≥ 1 − δ) and the fraction near 1 at the final time, "
+        f"over the starts. A stall with every start in ≤ {_few(c)} clusters counts as metastable "
+        "(Fig. 4).\n\n" + table + "\n"
     )
-    return "\n".join(lines) + "\n"
 
 
-def _plot_heatmaps(config, ts, edges, density, path):
+# ----------------------------------------------------------------------------------------------
+# figures
+
+
+def figures(results: Results) -> dict:
+    return {
+        "heatmaps": _plot_heatmaps(results),
+        "histograms": _plot_histograms(results),
+        "mass_near_one": _plot_mass(results),
+    }
+
+
+def _density(results: Results) -> np.ndarray:
+    return results.counts / (results.config.num_starts * results.pairs_per_start)
+
+
+def _plot_heatmaps(results: Results):
     from matplotlib.colors import LogNorm
 
-    nb, nd = len(config.betas), len(config.dims)
-    fig, axes = wb.report.new_figure(
+    c, ts, edges = results.config, results.ts, results.edges
+    density = _density(results)
+    nb, nd = len(c.betas), len(c.dims)
+    fig, axes = new_figure(
         nb, nd, figsize=(3.2 * nd + 1.2, 2.6 * nb + 0.6), squeeze=False, sharex=True, sharey=True
     )
-    floor = 1.0 / (config.num_starts * config.n * (config.n - 1))
-    norm = LogNorm(vmin=floor, vmax=1.0)
+    norm = LogNorm(vmin=1.0 / (c.num_starts * results.pairs_per_start), vmax=1.0)
     dt_half = 0.5 * (ts[1] - ts[0]) if ts.size > 1 else 0.5
     image = None
-    for b, beta in enumerate(config.betas):
-        for j, d in enumerate(config.dims):
+    for b, beta in enumerate(c.betas):
+        for j, d in enumerate(c.dims):
             ax = axes[b, j]
-            data = np.ma.masked_equal(density[b, j], 0.0)
             image = ax.imshow(
-                data,
+                np.ma.masked_equal(density[b, j], 0.0),
                 origin="lower",
                 aspect="auto",
                 extent=(edges[0], edges[-1], ts[0] - dt_half, ts[-1] + dt_half),
@@ -319,49 +404,51 @@ def _plot_heatmaps(config, ts, edges, density, path):
                 ax.set_ylabel("time t (depth)")
     fig.colorbar(image, ax=axes, label="fraction of pairs per bin (log)", shrink=0.8)
     fig.suptitle(
-        f"Histograms of pairwise inner products over time (SA, n = {config.n}, "
-        f"{config.num_starts} starts pooled)"
+        f"Histograms of pairwise inner products over time (SA, n = {c.n}, "
+        f"{c.num_starts} starts pooled)"
     )
-    wb.report.save_figure(fig, path)
+    return fig
 
 
-def _plot_histograms(config, ts, edges, density, snap_idx, path):
-    b = config.betas.index(config.histogram_beta)
-    nd, ns = len(config.dims), len(snap_idx)
-    fig, axes = wb.report.new_figure(
+def _plot_histograms(results: Results):
+    c, edges = results.config, results.edges
+    density = _density(results)
+    b = c.betas.index(c.histogram_beta)
+    snap = [int(np.argmin(np.abs(results.ts - t))) for t in results.snapshot_times]
+    nd, ns = len(c.dims), len(snap)
+    fig, axes = new_figure(
         nd, ns, figsize=(2.1 * ns + 0.5, 1.9 * nd + 0.7), squeeze=False, sharex=True, sharey=True
     )
-    floor = 1.0 / (config.num_starts * config.n * (config.n - 1))
+    floor = 1.0 / (c.num_starts * results.pairs_per_start)
     centres = 0.5 * (edges[1:] + edges[:-1])
-    width = edges[1] - edges[0]
-    for j, d in enumerate(config.dims):
-        for c, k in enumerate(snap_idx):
-            ax = axes[j, c]
-            ax.bar(centres, density[b, j, k], width=width, color="C0", linewidth=0)
+    for j, d in enumerate(c.dims):
+        for col, k in enumerate(snap):
+            ax = axes[j, col]
+            ax.bar(centres, density[b, j, k], width=edges[1] - edges[0], color="C0", linewidth=0)
             ax.set_yscale("log")
             ax.set_ylim(0.5 * floor, 1.5)
             if j == 0:
-                ax.set_title(f"t = {ts[k]:g}", fontsize=9)
-            if c == 0:
+                ax.set_title(f"t = {results.ts[k]:g}", fontsize=9)
+            if col == 0:
                 ax.set_ylabel(f"d = {d}\nfraction of pairs", fontsize=8)
             if j == nd - 1:
                 ax.set_xlabel("⟨x_i, x_j⟩", fontsize=8)
             ax.tick_params(labelsize=7)
     fig.suptitle(
         f"Fig. 1 style: histograms of ⟨x_i, x_j⟩ (i ≠ j) at increasing t, SA, "
-        f"β = {config.histogram_beta:g}, n = {config.n}"
+        f"β = {c.histogram_beta:g}, n = {c.n}"
     )
-    wb.report.save_figure(fig, path)
+    return fig
 
 
-def _plot_mass(config, ts, frac, path):
-    nb = len(config.betas)
-    fig, axes = wb.report.new_figure(1, nb, figsize=(4.2 * nb, 4.0), squeeze=False, sharey=True)
-    for b, beta in enumerate(config.betas):
+def _plot_mass(results: Results):
+    c, ts, frac = results.config, results.ts, results.fraction_near_one
+    nb = len(c.betas)
+    fig, axes = new_figure(1, nb, figsize=(4.2 * nb, 4.0), squeeze=False, sharey=True)
+    for b, beta in enumerate(c.betas):
         ax = axes[0, b]
-        for j, d in enumerate(config.dims):
-            mean = frac[b, j].mean(axis=0)
-            ax.plot(ts, mean, color=f"C{j}", label=f"d = {d}")
+        for j, d in enumerate(c.dims):
+            ax.plot(ts, frac[b, j].mean(axis=0), color=f"C{j}", label=f"d = {d}")
             ax.fill_between(
                 ts, frac[b, j].min(axis=0), frac[b, j].max(axis=0), color=f"C{j}", alpha=0.2
             )
@@ -370,10 +457,10 @@ def _plot_mass(config, ts, frac, path):
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         if b == 0:
-            ax.set_ylabel(f"fraction of pairs with ⟨x_i, x_j⟩ ≥ 1 − {config.delta:g}")
+            ax.set_ylabel(f"fraction of pairs with ⟨x_i, x_j⟩ ≥ 1 − {c.delta:g}")
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle(
-        f"Mass near 1 over time (SA, n = {config.n}; line = mean, band = range over "
-        f"{config.num_starts} starts)"
+        f"Mass near 1 over time (SA, n = {c.n}; line = mean, band = range over "
+        f"{c.num_starts} starts)"
     )
-    wb.report.save_figure(fig, path)
+    return fig

@@ -8,14 +8,17 @@ own direct layer-by-layer NumPy implementation (always), in float32 and float64.
 max abs error ≤ 1e-4 in float32 and ≤ 1e-10 in float64.
 """
 
+from __future__ import annotations
+
 import dataclasses
-import pathlib
 
 import equinox as eqx
 import jax
 import numpy as np
 
 import workbench as wb
+from studies._config import check, check_choices, check_nonempty, check_positive
+from studies._report import markdown_table, new_figure, progress
 
 NAME = "exact-recovery"
 SUMMARY = "Max abs error of the recovered encoder, BERT, GPT-2 and paper A vs PyTorch/HF and NumPy."
@@ -34,9 +37,42 @@ class Config:
     dtypes: tuple[str, ...] = ("float32", "float64")
     seed: int = 0
 
+    def __post_init__(self):
+        check_nonempty(self, "architectures", "widths", "dtypes")
+        check_choices(self, "architectures", ARCHITECTURES)
+        check_choices(self, "dtypes", tuple(TOLERANCE))
+        check_positive(self, "num_layers", "seq_len")
+        check(self, "widths", all(d >= 3 for d in self.widths), "every width d must be >= 3")
+
 
 def smoke_config() -> Config:
-    return Config(widths=(12, 20), num_layers=2, seq_len=8)
+    return Config(widths=(12,), num_layers=2, seq_len=8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    architecture: str
+    d: int
+    heads: int
+    dtype: str
+    error_vs_direct: float
+    """Max abs difference to the workbench's direct layer-by-layer NumPy implementation."""
+    error_vs_reference: float | None
+    """Max abs difference to PyTorch / Hugging Face; `None` when the reference did not run."""
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        errs = [e for e in (self.error_vs_direct, self.error_vs_reference) if e is not None]
+        return all(e <= self.tolerance for e in errs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    cases: tuple[Case, ...]
+    reference_installed: bool
+    """Whether torch / transformers were importable, i.e. whether the reference comparison ran."""
 
 
 def _heads(d: int) -> int:
@@ -104,45 +140,65 @@ def _case(arch: str, d: int, cfg: Config, dtype, rng):
     return ours, direct, reference
 
 
-def main(config: Config, out: pathlib.Path) -> dict:
-    for name in config.architectures:
-        if name not in ARCHITECTURES:
-            raise ValueError(
-                f"architectures: {name!r} is not known; valid: {', '.join(ARCHITECTURES)}."
-            )
-    for name in config.dtypes:
-        if name not in TOLERANCE:
-            raise ValueError(f"dtypes: {name!r} is not known; valid: float32, float64.")
-    if "float64" in config.dtypes and not jax.config.jax_enable_x64:
-        raise ValueError(
-            "dtypes includes float64 but jax_enable_x64 is off; run via `workbench run`."
-        )
+def compute(config: Config) -> Results:
+    """Load random weights into every architecture, width and dtype of `config` and compare."""
     have_ref = wb.architectures.have_reference()
     rng = np.random.default_rng(config.seed)
     cases = [(a, d, t) for a in config.architectures for d in config.widths for t in config.dtypes]
     rows = []
-    for arch, d, dtype in wb.report.progress(cases, desc="exact-recovery"):
-        ours, direct, reference = _case(arch, d, config, np.dtype(dtype).type, rng)
-        rows.append(
-            {
-                "architecture": arch,
-                "d": d,
-                "heads": _heads(d),
-                "dtype": dtype,
-                "error_vs_direct": float(np.max(np.abs(ours - direct))),
-                "error_vs_reference": None
-                if reference is None
-                else float(np.max(np.abs(ours - reference))),
-                "tolerance": TOLERANCE[dtype],
-            }
+    with jax.enable_x64("float64" in config.dtypes):
+        for arch, d, dtype in progress(cases, desc=NAME):
+            ours, direct, reference = _case(arch, d, config, np.dtype(dtype).type, rng)
+            rows.append(
+                Case(
+                    architecture=arch,
+                    d=d,
+                    heads=_heads(d),
+                    dtype=dtype,
+                    error_vs_direct=float(np.max(np.abs(ours - direct))),
+                    error_vs_reference=(
+                        None if reference is None else float(np.max(np.abs(ours - reference)))
+                    ),
+                    tolerance=TOLERANCE[dtype],
+                )
+            )
+    return Results(config=config, cases=tuple(rows), reference_installed=have_ref)
+
+
+def verdict(results: Results) -> str:
+    """Yes only if every case is within its tolerance against both the direct NumPy forward and
+    PyTorch / Hugging Face; without the reference the answer is at most "Partly"."""
+    cases = results.cases
+    failed = [r for r in cases if not r.passed]
+    worst = {
+        dtype: max(
+            max(r.error_vs_direct, r.error_vs_reference or 0.0) for r in cases if r.dtype == dtype
         )
-    for r in rows:
-        errs = [e for e in (r["error_vs_direct"], r["error_vs_reference"]) if e is not None]
-        r["pass"] = all(e <= r["tolerance"] for e in errs)
-    all_pass = all(r["pass"] for r in rows)
-    if wb.report.have_matplotlib():
-        _plot(rows, config, out / "errors.png")
-    table = wb.report.markdown_table(
+        for dtype in results.config.dtypes
+    }
+    numbers = "; ".join(
+        f"{dtype}: worst {err:.1e} (tolerance {TOLERANCE[dtype]:.0e})"
+        for dtype, err in worst.items()
+    )
+    if failed:
+        where = ", ".join(f"{r.architecture} d={r.d} {r.dtype}" for r in failed)
+        return (
+            f"No. {len(failed)} of {len(cases)} cases exceed their tolerance ({where}); {numbers}."
+        )
+    if not results.reference_installed:
+        return (
+            f"Partly. PyTorch/HF reference not run (install `workbench[reference]`): all {len(cases)} "
+            f"cases agree with the direct NumPy implementation only; {numbers}."
+        )
+    return (
+        f"Yes. All {len(cases)} cases agree with PyTorch / Hugging Face and with the direct NumPy "
+        f"implementation; {numbers}."
+    )
+
+
+def report(results: Results) -> str:
+    config = results.config
+    table = markdown_table(
         [
             "architecture",
             "d",
@@ -155,49 +211,48 @@ def main(config: Config, out: pathlib.Path) -> dict:
         ],
         [
             [
-                r["architecture"],
-                r["d"],
-                r["heads"],
-                r["dtype"],
-                "n/a" if r["error_vs_reference"] is None else f"{r['error_vs_reference']:.2e}",
-                f"{r['error_vs_direct']:.2e}",
-                f"{r['tolerance']:.0e}",
-                "yes" if r["pass"] else "NO",
+                r.architecture,
+                r.d,
+                r.heads,
+                r.dtype,
+                "not run" if r.error_vs_reference is None else f"{r.error_vs_reference:.2e}",
+                f"{r.error_vs_direct:.2e}",
+                f"{r.tolerance:.0e}",
+                "yes" if r.passed else "NO",
             ]
-            for r in rows
+            for r in results.cases
         ],
     )
     ref_note = (
-        "PyTorch / Hugging Face reference: installed."
-        if have_ref
-        else "PyTorch / Hugging Face reference: **not installed** (`pip install 'workbench[reference]'`); "
-        "only the NumPy comparison ran."
+        "PyTorch / Hugging Face reference: installed and run."
+        if results.reference_installed
+        else "PyTorch / Hugging Face reference: **not run** (not installed; "
+        "`pip install 'workbench[reference]'`); only the NumPy comparison ran."
     )
-    report = (
-        f"Lie–Trotter, τ = 1, explicit Euler substeps; {config.num_layers} layers, n = {config.seq_len}. "
-        f"{ref_note}\n\n{table}\n\n"
-        f"**{'All' if all_pass else 'NOT all'} {len(rows)} cases within tolerance** "
-        f"(float32 ≤ 1e-4, float64 ≤ 1e-10).\n"
+    return (
+        f"Lie–Trotter, τ = 1, explicit Euler substeps; {config.num_layers} layers, "
+        f"n = {config.seq_len}. {ref_note}\n\n{table}\n"
     )
-    return {"cases": rows, "all_pass": all_pass, "reference_installed": have_ref, "report": report}
 
 
-def _plot(rows, config, path):
-    fig, axes = wb.report.new_figure(
+def figures(results: Results) -> dict:
+    return {"errors": _plot(results.cases, results.config)}
+
+
+def _plot(rows, config):
+    fig, axes = new_figure(
         1, len(config.dtypes), figsize=(5.5 * len(config.dtypes), 4), squeeze=False
     )
     for ax, dtype in zip(axes[0], config.dtypes):
-        sub = [r for r in rows if r["dtype"] == dtype]
-        labels = [f"{r['architecture']}\nd={r['d']}" for r in sub]
+        sub = [r for r in rows if r.dtype == dtype]
+        labels = [f"{r.architecture}\nd={r.d}" for r in sub]
         x = np.arange(len(sub))
         floor = np.finfo(np.dtype(dtype)).tiny
-        ax.bar(
-            x - 0.2, [max(r["error_vs_direct"], floor) for r in sub], 0.4, label="vs direct NumPy"
-        )
-        if any(r["error_vs_reference"] is not None for r in sub):
+        ax.bar(x - 0.2, [max(r.error_vs_direct, floor) for r in sub], 0.4, label="vs direct NumPy")
+        if any(r.error_vs_reference is not None for r in sub):
             ax.bar(
                 x + 0.2,
-                [max(r["error_vs_reference"] or floor, floor) for r in sub],
+                [max(r.error_vs_reference or floor, floor) for r in sub],
                 0.4,
                 label="vs PyTorch / HF",
             )
@@ -209,4 +264,4 @@ def _plot(rows, config, path):
         ax.set_ylabel("max |workbench − reference|")
         ax.set_title(f"Exact recovery, {dtype}")
         ax.legend(fontsize=7)
-    wb.report.save_figure(fig, path)
+    return fig

@@ -1,4 +1,5 @@
-"""Do random starts in high dimension track γ_β(t), and how fast do they collapse (Thm 6.3, 6.9)?
+"""Do random starts in high dimension track γ_β(t) to within d^{−1/2}, and do they collapse to one
+cluster at least as fast as Thm 6.3's rate bound (paper B, Thm 6.3, 6.9)?
 
 Thm 6.9 of paper B: for n i.i.d. uniform starts on S^{d−1}, with probability ≥ 1 − 2n² d^{−1/64},
 every off-diagonal Gram entry ⟨x_i(t), x_j(t)⟩ of SA stays close to γ_β(t), the common inner
@@ -6,23 +7,20 @@ product from an orthogonal start (Thm 6.8), for all t. This study measures the d
 
     D(t) = max_{i ≠ j} |⟨x_i(t), x_j(t)⟩ − γ_β(t)|
 
-over t ∈ [0, t1] (its max and its mean over pairs and times) as d grows with n fixed, fits the
-rate in d and compares it with d^{−1/2} (the size of the initial inner products). Thm 6.3 (d ≥ n):
-collapse to one cluster is exponential, with the proof's rate bound λ = 1/(2n e^{2β})
-(`clustering_rate_bound`); the observed late-time exponential rate of 1 − min_{i≠j}⟨x_i, x_j⟩ is
-compared with it.
+over t ∈ [0, t1] (its max and its mean over pairs and times) as d grows with n fixed, fits its
+exponent in d (`wb.analysis.fit_order`, all points) and compares it with −1/2 (the size of the
+initial inner products). Thm 6.3 (d ≥ n): collapse to one cluster is exponential, with the proof's
+rate bound λ = 1/(2n e^{2β}) (`clustering_rate_bound`); the observed late-time exponential rate of
+1 − min_{i≠j}⟨x_i, x_j⟩ (`wb.particles.exponential_fit`) is compared with it.
 
 Integration: projected RK4, dt = 0.05, float64; its error is measured from an orthogonal start
 (where every Gram entry must equal γ_β(t) exactly). 1 − ⟨x_i, x_j⟩ = ‖x_i − x_j‖²/2 is computed
 from the centred points, so it stays accurate far below the float64 resolution of ⟨x_i, x_j⟩.
-
-Outputs: `gram_vs_gamma.png`, `deviation_vs_d.png`, `deviation_vs_time.png`, `collapse.png`.
 """
 
 import dataclasses
 import functools
 import math
-import pathlib
 from typing import Literal
 
 import jax
@@ -30,17 +28,29 @@ import jax.numpy as jnp
 import numpy as np
 
 import workbench as wb
+from studies._config import (
+    check,
+    check_choices,
+    check_multiple,
+    check_nonempty,
+    check_positive,
+    check_range,
+    steps_in,
+)
+from studies._report import markdown_table, new_figure, progress
 
 NAME = "high-dimension"
 SUMMARY = "Thm 6.3/6.9: random-start Gram entries vs γ_β(t) as d grows; collapse rate vs bound."
 
-INTEGRATORS = {"euler": wb.particles.ProjectedEuler(), "rk4": wb.particles.ProjectedRK4()}
+ERROR_SHARE = 0.01
+"""The integration error (orthogonal start) must stay below this share of every deviation."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     n: int = 32
     dims: tuple[int, ...] = (32, 128, 512, 2048)
+    """At least two distinct dimensions (the exponent in d is fitted over them)."""
     betas: tuple[float, ...] = (1.0, 4.0)
     num_starts: int = 16
     """Uniform random starts per (β, d)."""
@@ -48,25 +58,89 @@ class Config:
     dt: float = 0.05
     save_every: float = 0.25
     """Spacing of the times at which the Gram matrix is compared with γ_β (a multiple of dt)."""
-    integrator: Literal["rk4", "euler"] = "rk4"
+    integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
+    """A sphere integrator of `wb.particles.INTEGRATORS`."""
     fit_window: tuple[float, ...] = (1e-20, 1e-6)
-    """Late-time window of 1 − min ⟨x_i, x_j⟩ used to fit the exponential collapse rate."""
+    """Late-time window (low, high) of 1 − min ⟨x_i, x_j⟩ used to fit the collapse rate."""
+    exponent_tol: float = 0.15
+    """The verdict accepts fitted exponents in d within this distance of −1/2."""
     seed: int = 0
+
+    def __post_init__(self):
+        check_range(self, "n", 2)
+        check_nonempty(self, "dims", "betas")
+        check_range(self, "dims", 2)
+        distinct = len(self.dims) >= 2 and len(set(self.dims)) == len(self.dims)
+        check(self, "dims", distinct, "give at least two distinct dimensions")
+        check_positive(self, "betas", allow_zero=True)
+        check_range(self, "num_starts", 1)
+        check_positive(self, "t1", "dt", "save_every", "exponent_tol")
+        check_multiple(self, "save_every", of="dt")
+        check_multiple(self, "t1", of="save_every")
+        check_choices(self, "integrator", wb.particles.INTEGRATORS)
+        window = self.fit_window
+        ok = len(window) == 2 and all(math.isfinite(v) for v in window)
+        check(
+            self, "fit_window", ok and 0 < window[0] < window[1], "need (low, high), 0 < low < high"
+        )
+        check_range(self, "seed", 0)
 
 
 def smoke_config() -> Config:
     return Config(n=8, dims=(8, 64, 512), betas=(1.0,), num_starts=4, t1=15.0, save_every=0.5)
 
 
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One (β, d): deviations from γ_β over pairs, times and starts, and the collapse rates."""
+
+    beta: float
+    d: int
+    max_deviation: float
+    max_deviation_t0: float
+    median_start_max_deviation: float
+    mean_deviation: float
+    collapse_rate_median: float | None
+    collapse_rate_min: float | None
+    collapse_rate_max: float | None
+    starts_with_rate: int
+    final_spread_max: float
+    rate_bound: float
+    d_at_least_n: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """Fitted exponents p of deviation ∝ d^p (least squares in log-log over all dims)."""
+
+    beta: float
+    exponent_max_deviation: float
+    exponent_mean_deviation: float
+    exponent_median_start_max_deviation: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    ts: np.ndarray
+    gamma: dict[str, np.ndarray]
+    """γ_β(t) at `ts`, by str(β)."""
+    rows: list[Row]
+    fits: list[Fit]
+    integration_error_orthogonal_start: dict[str, float] | None
+    """Max |G_ij − γ_β| at t1 from an orthogonal start, by str(β) (None when dims[0] < n)."""
+    max_deviation: np.ndarray
+    """(β, d, start, t): max over i ≠ j of |G_ij − γ_β(t)|."""
+    spread: np.ndarray
+    """(β, d, start, t): 1 − min over i ≠ j of G_ij."""
+    band: np.ndarray
+    """(β, d, 2, t): min and max of G_ij over i ≠ j for start 0."""
+    collapse_rates: np.ndarray
+    """(β, d, start): fitted collapse rate, NaN where 1 − min G_ij never enters the window."""
+
+
 # ----------------------------------------------------------------------------------------------
 # computation
-
-
-def _uniform_starts(rng, num: int, n: int, d: int) -> np.ndarray:
-    """`num` configurations of `n` i.i.d. uniform points on S^{d−1}, shape `(num, n, d)` (NumPy:
-    no compilation per shape)."""
-    g = rng.standard_normal((num, n, d))
-    return g / np.linalg.norm(g, axis=-1, keepdims=True)
 
 
 def _stats(x, gamma_t):
@@ -97,154 +171,173 @@ def _track(beta, gammas, x0, *, dt, steps_per_save, num_saves, integrator):
     return tuple(jnp.concatenate([f[None], s]) for f, s in zip(first, series))
 
 
-def _grid_steps(value: float, dt: float, what: str) -> int:
-    k = round(value / dt)
-    if k < 1 or abs(k * dt - value) > 1e-9 * max(value, dt):
-        raise ValueError(f"{what}={value!r} must be a positive multiple of dt={dt!r}.")
-    return k
+def _exponent(dims, values) -> float:
+    """Least-squares slope of log values against log d over all dims (a plain fit: no window,
+    so `fit_order` flags no order reduction)."""
+    return wb.analysis.fit_order(dims, values, asymptotic=False, min_points=2).order
 
 
-def _fit_rate(ts, h, window) -> float | None:
-    """Exponential decay rate of `h` from a least-squares fit of log h on the window (late times)."""
-    lo, hi = window
-    mask = (h >= lo) & (h <= hi)
-    # Only the late, monotone tail: from the first time h enters the window.
-    if mask.sum() < 4:
-        return None
-    first = int(np.argmax(mask))
-    sel = np.zeros_like(mask)
-    sel[first:] = mask[first:]
-    slope, _ = np.polyfit(ts[sel], np.log(h[sel]), 1)
-    return float(-slope)
-
-
-def _loglog_slope(x, y) -> float:
-    slope, _ = np.polyfit(np.log(x), np.log(y), 1)
-    return float(slope)
-
-
-def _check(config: Config) -> None:
-    if not jax.config.jax_enable_x64:
-        raise ValueError(
-            f"{NAME} runs in float64 but jax_enable_x64 is off; run it with `workbench run {NAME}` "
-            "or call jax.config.update('jax_enable_x64', True) first."
-        )
-    if config.n < 2 or any(d < 2 for d in config.dims) or len(config.dims) < 2:
-        raise ValueError(f"need n >= 2 and at least two dims >= 2; got {config.n}, {config.dims}.")
-    if len(config.fit_window) != 2 or not 0 < config.fit_window[0] < config.fit_window[1]:
-        raise ValueError(
-            f"fit_window={config.fit_window!r} must be (low, high) with 0 < low < high."
-        )
-
-
-def main(config: Config, out: pathlib.Path) -> dict:
-    _check(config)
-    steps_per_save = _grid_steps(config.save_every, config.dt, "save_every")
-    num_saves = _grid_steps(config.t1, config.save_every, "t1 (in units of save_every)")
+def compute(config: Config) -> Results:
+    steps_per_save = steps_in(config.save_every, config.dt)
+    num_saves = steps_in(config.t1, config.save_every)
     ts = np.arange(num_saves + 1) * config.save_every
-    n = config.n
-    integrator = INTEGRATORS[config.integrator]
-    run = functools.partial(
-        _track,
-        dt=config.dt,
-        steps_per_save=steps_per_save,
-        num_saves=num_saves,
-        integrator=integrator,
-    )
-    batched = jax.jit(jax.vmap(run, in_axes=(None, None, 0)))  # over starts
-    gammas = {b: np.asarray(wb.particles.gamma_beta(ts, b, n, "SA")) for b in config.betas}
+    n, nb, nd, ns = config.n, len(config.betas), len(config.dims), config.num_starts
     rng = np.random.default_rng(config.seed)
-    starts = [_uniform_starts(rng, config.num_starts, n, d) for d in config.dims]
-
-    shape = (len(config.betas), len(config.dims), config.num_starts, ts.size)
-    max_dev, mean_dev, spread = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    band = np.zeros((len(config.betas), len(config.dims), 2, ts.size))  # start 0: min, max G_ij
-    cases = [(b, j) for b in range(len(config.betas)) for j in range(len(config.dims))]
+    starts = [wb.particles.uniform_sphere(rng, ns, n, d) for d in config.dims]
     # Integration error: from an orthogonal start every Gram entry equals γ_β(t) (Thm 6.8). The
     # orthogonal start rides along as an extra start of the first d (no extra compilation).
     with_orth = config.dims[0] >= n
     if with_orth:
         starts[0] = np.concatenate([starts[0], np.eye(n, config.dims[0])[None]])
+    shape = (nb, nd, ns, ts.size)
+    max_dev, mean_dev, spread = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    band = np.zeros((nb, nd, 2, ts.size))
     floor = {} if with_orth else None
-    for b, j in wb.report.progress(cases, desc=NAME):
-        beta, d = config.betas[b], config.dims[j]
-        x0 = jnp.asarray(starts[j])  # the same starts for every β
-        m, a, h, lo, hi = (
-            np.asarray(v) for v in batched(jnp.asarray(beta), jnp.asarray(gammas[beta]), x0)
+    with jax.enable_x64(True):
+        run = functools.partial(
+            _track,
+            dt=config.dt,
+            steps_per_save=steps_per_save,
+            num_saves=num_saves,
+            integrator=wb.particles.INTEGRATORS[config.integrator],
         )
-        if with_orth and j == 0:
-            floor[str(beta)] = float(np.max(m[-1]))
-            m, a, h, lo, hi = (v[:-1] for v in (m, a, h, lo, hi))
-        max_dev[b, j], mean_dev[b, j], spread[b, j] = m, a, h
-        band[b, j] = lo[0], hi[0]
+        batched = jax.jit(jax.vmap(run, in_axes=(None, None, 0)))  # over starts
+        gammas = {
+            b: np.asarray(wb.particles.gamma_beta(jnp.asarray(ts), b, n, "SA"))
+            for b in config.betas
+        }
+        cases = [(b, j) for b in range(nb) for j in range(nd)]
+        for b, j in progress(cases, desc=NAME):
+            beta = config.betas[b]
+            out = batched(jnp.asarray(beta, jnp.float64), jnp.asarray(gammas[beta]), starts[j])
+            m, a, h, lo, hi = (np.asarray(v) for v in out)
+            if with_orth and j == 0:
+                floor[str(beta)] = float(np.max(m[-1]))
+                m, a, h, lo, hi = (v[:-1] for v in (m, a, h, lo, hi))
+            max_dev[b, j], mean_dev[b, j], spread[b, j] = m, a, h
+            band[b, j] = lo[0], hi[0]
+        bound = {b: float(wb.particles.clustering_rate_bound(n, b)) for b in config.betas}
 
-    bound = {b: float(wb.particles.clustering_rate_bound(n, b)) for b in config.betas}
+    rates = np.full((nb, nd, ns), np.nan)  # NaN: fewer than 4 saved times in the window
+    for b, j, s in np.ndindex(nb, nd, ns):
+        fit = wb.particles.exponential_fit(
+            ts, spread[b, j, s], window=config.fit_window, min_points=4
+        )
+        rates[b, j, s] = -fit.rate
+    dims = np.asarray(config.dims, dtype=float)
     rows, fits = [], []
     for b, beta in enumerate(config.betas):
         sup_dev = max_dev[b].max(axis=(1, 2))  # (D,): max over starts, pairs and t
         avg_dev = mean_dev[b].mean(axis=(1, 2))  # (D,): mean over starts, pairs and t
         at0 = max_dev[b][:, :, 0].max(axis=1)  # (D,): the initial Gram entries' max |G_ij|
         for j, d in enumerate(config.dims):
-            rates = [
-                _fit_rate(ts, spread[b, j, s], config.fit_window) for s in range(config.num_starts)
-            ]
-            ok = [r for r in rates if r is not None]
+            ok = rates[b, j][np.isfinite(rates[b, j])]
             rows.append(
-                {
-                    "beta": beta,
-                    "d": d,
-                    "max_deviation": float(sup_dev[j]),
-                    "max_deviation_t0": float(at0[j]),
-                    "median_start_max_deviation": float(np.median(max_dev[b, j].max(axis=1))),
-                    "mean_deviation": float(avg_dev[j]),
-                    "collapse_rate_median": float(np.median(ok)) if ok else None,
-                    "collapse_rate_min": float(np.min(ok)) if ok else None,
-                    "collapse_rate_max": float(np.max(ok)) if ok else None,
-                    "starts_with_rate": len(ok),
-                    "final_spread_max": float(spread[b, j, :, -1].max()),
-                    "rate_bound": bound[beta],
-                    "d_at_least_n": d >= n,
-                }
+                Row(
+                    beta=beta,
+                    d=d,
+                    max_deviation=float(sup_dev[j]),
+                    max_deviation_t0=float(at0[j]),
+                    median_start_max_deviation=float(np.median(max_dev[b, j].max(axis=1))),
+                    mean_deviation=float(avg_dev[j]),
+                    collapse_rate_median=float(np.median(ok)) if ok.size else None,
+                    collapse_rate_min=float(np.min(ok)) if ok.size else None,
+                    collapse_rate_max=float(np.max(ok)) if ok.size else None,
+                    starts_with_rate=int(ok.size),
+                    final_spread_max=float(spread[b, j, :, -1].max()),
+                    rate_bound=bound[beta],
+                    d_at_least_n=d >= n,
+                )
             )
-        dims = np.asarray(config.dims, dtype=float)
+        med = np.median(max_dev[b].max(axis=2), axis=1)  # (D,): per-start max, median
         fits.append(
-            {
-                "beta": beta,
-                "exponent_max_deviation": _loglog_slope(dims, sup_dev),
-                "exponent_mean_deviation": _loglog_slope(dims, avg_dev),
-                "exponent_median_start_max_deviation": _loglog_slope(
-                    dims, np.median(max_dev[b].max(axis=2), axis=1)
-                ),
-            }
+            Fit(beta, _exponent(dims, sup_dev), _exponent(dims, avg_dev), _exponent(dims, med))
         )
-
-    if wb.report.have_matplotlib():
-        _plot_gram(config, ts, gammas, band, out / "gram_vs_gamma.png")
-        _plot_deviation_vs_d(config, rows, fits, out / "deviation_vs_d.png")
-        _plot_deviation_vs_time(config, ts, max_dev, out / "deviation_vs_time.png")
-        _plot_collapse(config, ts, spread, rows, bound, out / "collapse.png")
-
-    report = _report(config, rows, fits, floor, bound)
-    return {
-        "ts": ts.tolist(),
-        "gamma": {str(b): gammas[b].tolist() for b in config.betas},
-        "rows": rows,
-        "fits": fits,
-        "integration_error_orthogonal_start": floor,
-        "report": report,
-    }
+    return Results(
+        config=config,
+        ts=ts,
+        gamma={str(b): g for b, g in gammas.items()},
+        rows=rows,
+        fits=fits,
+        integration_error_orthogonal_start=floor,
+        max_deviation=max_dev,
+        spread=spread,
+        band=band,
+        collapse_rates=rates,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
-# report and plots
+# verdict and report
+
+
+def _tracking(results: Results) -> tuple[bool, str]:
+    """Whether every fitted exponent is within `exponent_tol` of −1/2 and the integration error
+    is negligible, with the sentence saying so."""
+    c = results.config
+    exps = [e for f in results.fits for e in (f.exponent_mean_deviation, f.exponent_max_deviation)]
+    close = all(abs(e + 0.5) <= c.exponent_tol for e in exps)
+    pairs = ", ".join(
+        f"{f.exponent_mean_deviation:.2f} / {f.exponent_max_deviation:.2f} at β = {f.beta:g}"
+        for f in results.fits
+    )
+    text = (
+        f"The fitted exponents in d of the mean / max deviation from γ_β(t) are {pairs}, "
+        f"{'all' if close else 'not all'} within ±{c.exponent_tol:g} of −1/2"
+    )
+    floor = results.integration_error_orthogonal_start
+    if floor is not None:
+        smallest = min(r.mean_deviation for r in results.rows)
+        small = max(floor.values()) <= ERROR_SHARE * smallest
+        close = close and small
+        text += (
+            f"; integration error {max(floor.values()):.1e} "
+            f"{'≤' if small else '>'} {ERROR_SHARE:.0%} of the smallest mean deviation {smallest:.1e}"
+        )
+    return close, text
+
+
+def _collapse(results: Results) -> tuple[bool | None, str]:
+    """Whether every start with d ≥ n has a fitted collapse rate at or above Thm 6.3's bound
+    (None when no d ≥ n), with the sentence saying so."""
+    rows = [r for r in results.rows if r.d_at_least_n]
+    if not rows:
+        return None, f"no d ≥ n = {results.config.n}, so Thm 6.3's bound is not tested"
+    total = results.config.num_starts * len(rows)
+    fitted = sum(r.starts_with_rate for r in rows)
+    text = f"for d ≥ n the collapse rate was fitted for {fitted}/{total} starts"
+    rated = [r for r in rows if r.collapse_rate_min is not None]
+    if not rated:
+        return False, text
+    ratio = min(r.collapse_rate_min / r.rate_bound for r in rated)
+    low = min(r.collapse_rate_min for r in rated)
+    high = max(r.collapse_rate_max for r in rated)
+    ok = fitted == total and ratio >= 1.0
+    return ok, (
+        f"{text}, rates {low:.3f}–{high:.3f} (linearized Thm 6.8 ODE: 2), the slowest "
+        f"{ratio:.3g}× Thm 6.3's bound 1/(2n e^{{2β}}) (at least 1× needed)"
+    )
+
+
+def verdict(results: Results) -> str:
+    track_ok, track = _tracking(results)
+    collapse_ok, collapse = _collapse(results)
+    if track_ok and collapse_ok:
+        word = "Yes"
+    elif track_ok or collapse_ok:
+        word = "Partly"
+    else:
+        word = "No"
+    return f"{word}. {track}; {collapse}."
 
 
 def _fmt(x, spec=".3g") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def _report(config, rows, fits, floor, bound) -> str:
-    table = wb.report.markdown_table(
+def report(results: Results) -> str:
+    c = results.config
+    table = markdown_table(
         [
             "β",
             "d",
@@ -254,191 +347,183 @@ def _report(config, rows, fits, floor, bound) -> str:
             "mean dev",
             "mean dev × √d",
             "collapse rate: median (min–max)",
+            "starts fitted",
             "bound 1/(2n e^{2β})",
             "median rate / bound",
         ],
         [
             [
-                r["beta"],
-                r["d"],
-                f"{r['max_deviation']:.3e}",
-                f"{r['max_deviation_t0']:.3e}",
-                f"{r['max_deviation'] * math.sqrt(r['d']):.2f}",
-                f"{r['mean_deviation']:.3e}",
-                f"{r['mean_deviation'] * math.sqrt(r['d']):.3f}",
-                f"{_fmt(r['collapse_rate_median'], '.3f')} ({_fmt(r['collapse_rate_min'], '.3f')}–"
-                f"{_fmt(r['collapse_rate_max'], '.3f')})",
-                f"{r['rate_bound']:.3e}",
+                r.beta,
+                r.d,
+                f"{r.max_deviation:.3e}",
+                f"{r.max_deviation_t0:.3e}",
+                f"{r.max_deviation * math.sqrt(r.d):.2f}",
+                f"{r.mean_deviation:.3e}",
+                f"{r.mean_deviation * math.sqrt(r.d):.3f}",
+                f"{_fmt(r.collapse_rate_median, '.3f')} ({_fmt(r.collapse_rate_min, '.3f')}–"
+                f"{_fmt(r.collapse_rate_max, '.3f')})",
+                f"{r.starts_with_rate}/{c.num_starts}",
+                f"{r.rate_bound:.3e}",
                 _fmt(
                     None
-                    if r["collapse_rate_median"] is None
-                    else r["collapse_rate_median"] / r["rate_bound"],
-                    ".3g",
+                    if r.collapse_rate_median is None
+                    else r.collapse_rate_median / r.rate_bound
                 ),
             ]
-            for r in rows
+            for r in results.rows
         ],
     )
     fit_lines = [
-        f"- β = {f['beta']:g}: max deviation ∝ d^{f['exponent_max_deviation']:.3f}, "
-        f"mean deviation ∝ d^{f['exponent_mean_deviation']:.3f} "
-        f"(per-start max, median over starts: d^{f['exponent_median_start_max_deviation']:.3f})"
-        for f in fits
-    ]
-    rates = [r["collapse_rate_median"] for r in rows if r["collapse_rate_median"] is not None]
-    ratios = [
-        r["collapse_rate_min"] / r["rate_bound"]
-        for r in rows
-        if r["collapse_rate_min"] is not None and r["d_at_least_n"]
+        f"- β = {f.beta:g}: max deviation ∝ d^{f.exponent_max_deviation:.3f}, "
+        f"mean deviation ∝ d^{f.exponent_mean_deviation:.3f} "
+        f"(per-start max, median over starts: d^{f.exponent_median_start_max_deviation:.3f})"
+        for f in results.fits
     ]
     lines = [
-        f"SA, n = {config.n}, {config.num_starts} uniform random starts per (β, d), "
-        f"{config.integrator} with dt = {config.dt}, t ∈ [0, {config.t1:g}], Gram matrices every "
-        f"{config.save_every}, float64. Deviation = |⟨x_i(t), x_j(t)⟩ − γ_β(t)| over i ≠ j; "
-        "'max dev' is the max over pairs, saved times and starts ('at t = 0': the initial "
-        "|⟨x_i, x_j⟩|), 'mean dev' the mean over them; a constant '× √d' column means d^{−1/2}. "
-        "Collapse rate = late-time exponential rate of 1 − min_{i≠j} ⟨x_i, x_j⟩, fitted per start "
-        f"where it lies in [{config.fit_window[0]:g}, {config.fit_window[1]:g}].",
+        f"SA, n = {c.n}, {c.num_starts} uniform random starts per (β, d), {c.integrator} with "
+        f"dt = {c.dt}, t ∈ [0, {c.t1:g}], Gram matrices every {c.save_every}, float64. "
+        "Deviation = |⟨x_i(t), x_j(t)⟩ − γ_β(t)| over i ≠ j; 'max dev' is the max over pairs, "
+        "saved times and starts ('at t = 0': the initial |⟨x_i, x_j⟩|), 'mean dev' the mean over "
+        "them; a constant '× √d' column means d^{−1/2}. Collapse rate = late-time exponential "
+        "rate of 1 − min_{i≠j} ⟨x_i, x_j⟩, fitted per start where it lies in "
+        f"[{c.fit_window[0]:g}, {c.fit_window[1]:g}] (at least 4 saved times).",
         "",
         table,
         "",
-        "**Rate in d** (least-squares slope of log deviation against log d; d^{−1/2} is the size "
-        "of the initial inner products):",
+        "**Exponent in d** (least-squares slope of log deviation against log d over all dims; "
+        "d^{−1/2} is the size of the initial inner products):",
         "",
         *fit_lines,
-        "",
     ]
+    floor = results.integration_error_orthogonal_start
     if floor is not None:
-        lines.append(
-            "Integration error (orthogonal start, where the Gram entries must equal γ_β exactly): "
-            + ", ".join(f"β = {b}: {v:.1e}" for b, v in floor.items())
-            + " — far below every deviation above."
-        )
-        lines.append("")
-    exps = [f["exponent_mean_deviation"] for f in fits] + [
-        f["exponent_max_deviation"] for f in fits
+        lines += [
+            "",
+            "Integration error (orthogonal start, where the Gram entries must equal γ_β exactly; "
+            "max |G_ij − γ_β| at t1): " + ", ".join(f"β = {b}: {v:.1e}" for b, v in floor.items()),
+        ]
+    lines += [
+        "",
+        "Linearizing Thm 6.8's ODE at γ = 1 gives γ' ≈ 2(1 − γ) for every β and n (derived): "
+        "a late-time collapse rate of 2, to compare with the fitted rates above.",
     ]
-    close = all(abs(e + 0.5) <= 0.15 for e in exps)
-    mean_exps = ", ".join(format(f["exponent_mean_deviation"], ".2f") for f in fits)
-    max_exps = ", ".join(format(f["exponent_max_deviation"], ".2f") for f in fits)
-    beta_list = ", ".join(format(b, "g") for b in config.betas)
-    lines.append(
-        "**Answer.** The random-start Gram entries track γ_β(t) uniformly in t, and the distance "
-        f"shrinks with d: fitted exponents of the mean deviation {mean_exps} and of the max "
-        f"{max_exps} (β = {beta_list}), "
-        + (
-            "all within ±0.15 of −1/2: the rate is d^{−1/2}, the size of the initial inner "
-            "products, as the concentration argument behind Thm 6.9 suggests."
-            if close
-            else "not all within ±0.15 of −1/2 (see the table)."
-        )
-    )
-    if rates:
-        lines.append(
-            f"The observed collapse is exponential with rate {min(rates):.2f}–{max(rates):.2f} "
-            "(median over starts, all (β, d)), i.e. 1 − ⟨x_i, x_j⟩ ∝ e^{−2t}: the linearization of "
-            "Thm 6.8's ODE at γ = 1 gives γ' ≈ 2(1 − γ) for every β and n (derived). The bound "
-            "1/(2n e^{2β}) of Thm 6.3 holds with a wide margin"
-            + (f": the slowest start is {min(ratios):.3g}× faster than it." if ratios else ".")
-        )
     return "\n".join(lines) + "\n"
 
 
-def _plot_gram(config, ts, gammas, band, path):
+# ----------------------------------------------------------------------------------------------
+# figures
+
+
+def figures(results: Results) -> dict:
+    return {
+        "gram_vs_gamma": _plot_gram(results),
+        "deviation_vs_d": _plot_deviation_vs_d(results),
+        "deviation_vs_time": _plot_deviation_vs_time(results),
+        "collapse": _plot_collapse(results),
+    }
+
+
+def _panels(results: Results):
+    nb = len(results.config.betas)
+    fig, axes = new_figure(1, nb, figsize=(5.0 * nb, 3.8), squeeze=False, sharey=True)
+    return fig, axes[0]
+
+
+def _plot_gram(results: Results):
     """Min–max band of the Gram entries of one start, smallest and largest d, against γ_β(t)."""
-    nb = len(config.betas)
-    fig, axes = wb.report.new_figure(1, nb, figsize=(5.0 * nb, 3.8), squeeze=False, sharey=True)
-    for b, beta in enumerate(config.betas):
-        ax = axes[0, b]
-        for j in (0, len(config.dims) - 1):
+    c, ts = results.config, results.ts
+    fig, axes = _panels(results)
+    for b, (ax, beta) in enumerate(zip(axes, c.betas)):
+        for j in (0, len(c.dims) - 1):
             ax.fill_between(
                 ts,
-                band[b, j, 0],
-                band[b, j, 1],
+                results.band[b, j, 0],
+                results.band[b, j, 1],
                 alpha=0.3,
                 color=f"C{j}",
-                label=f"d = {config.dims[j]}: min–max over i ≠ j (one start)",
+                label=f"d = {c.dims[j]}: min–max over i ≠ j (one start)",
             )
-        ax.plot(ts, gammas[beta], "k-", lw=1.5, label="γ_β(t) (Thm 6.8)")
+        ax.plot(ts, results.gamma[str(beta)], "k-", lw=1.5, label="γ_β(t) (Thm 6.8)")
         ax.set_xlabel("time t")
         ax.set_title(f"β = {beta:g}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    axes[0, 0].set_ylabel("⟨x_i(t), x_j(t)⟩")
-    fig.suptitle(f"Random-start Gram entries against γ_β(t), SA, n = {config.n}")
-    wb.report.save_figure(fig, path)
+    axes[0].set_ylabel("⟨x_i(t), x_j(t)⟩")
+    fig.suptitle(f"Random-start Gram entries against γ_β(t), SA, n = {c.n}")
+    return fig
 
 
-def _plot_deviation_vs_d(config, rows, fits, path):
-    fig, ax = wb.report.new_figure(figsize=(6.0, 4.4))
-    dims = np.asarray(config.dims, dtype=float)
-    for b, beta in enumerate(config.betas):
-        sub = [r for r in rows if r["beta"] == beta]
-        ax.loglog(
-            dims,
-            [r["max_deviation"] for r in sub],
-            "o-",
-            color=f"C{b}",
-            label=f"β = {beta:g}: max, fit $d^{{{fits[b]['exponent_max_deviation']:.2f}}}$",
-        )
-        ax.loglog(
-            dims,
-            [r["mean_deviation"] for r in sub],
-            "s--",
-            color=f"C{b}",
-            label=f"β = {beta:g}: mean, fit $d^{{{fits[b]['exponent_mean_deviation']:.2f}}}$",
-        )
-    first = [r for r in rows if r["beta"] == config.betas[0]][0]
-    ref = first["mean_deviation"] * np.sqrt(dims[0] / dims)
-    ax.loglog(dims, ref, "k:", label=r"$\propto d^{-1/2}$")
+def _plot_deviation_vs_d(results: Results):
+    c = results.config
+    fig, ax = new_figure(figsize=(6.0, 4.4))
+    dims = np.asarray(c.dims, dtype=float)
+    for b, (beta, fit) in enumerate(zip(c.betas, results.fits)):
+        sub = [r for r in results.rows if r.beta == beta]
+        for key, marker, p in (
+            ("max", "o-", fit.exponent_max_deviation),
+            ("mean", "s--", fit.exponent_mean_deviation),
+        ):
+            ax.loglog(
+                dims,
+                [getattr(r, f"{key}_deviation") for r in sub],
+                marker,
+                color=f"C{b}",
+                label=f"β = {beta:g}: {key}, fit $d^{{{p:.2f}}}$",
+            )
+    first = [r for r in results.rows if r.beta == c.betas[0]][0]
+    ax.loglog(
+        dims, first.mean_deviation * np.sqrt(dims[0] / dims), "k:", label=r"$\propto d^{-1/2}$"
+    )
     ax.set_xlabel("dimension d")
     ax.set_ylabel("|⟨x_i, x_j⟩ − γ_β(t)| over i ≠ j, t, starts")
-    ax.set_title(f"Distance to γ_β(t) against d (SA, n = {config.n})")
+    ax.set_title(f"Distance to γ_β(t) against d (SA, n = {c.n})")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    wb.report.save_figure(fig, path)
+    return fig
 
 
-def _plot_deviation_vs_time(config, ts, max_dev, path):
-    nb = len(config.betas)
-    fig, axes = wb.report.new_figure(1, nb, figsize=(5.0 * nb, 3.8), squeeze=False, sharey=True)
-    for b, beta in enumerate(config.betas):
-        ax = axes[0, b]
-        for j, d in enumerate(config.dims):
-            ax.semilogy(ts, np.median(max_dev[b, j], axis=0), color=f"C{j}", label=f"d = {d}")
+def _plot_deviation_vs_time(results: Results):
+    c, ts = results.config, results.ts
+    fig, axes = _panels(results)
+    for b, (ax, beta) in enumerate(zip(axes, c.betas)):
+        for j, d in enumerate(c.dims):
+            ax.semilogy(
+                ts, np.median(results.max_deviation[b, j], axis=0), color=f"C{j}", label=f"d = {d}"
+            )
         ax.set_xlabel("time t")
         ax.set_title(f"β = {beta:g}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    axes[0, 0].set_ylabel("max over i ≠ j of |⟨x_i, x_j⟩ − γ_β(t)|\n(median over starts)")
-    fig.suptitle(f"Distance of the Gram entries to γ_β over time (SA, n = {config.n})")
-    wb.report.save_figure(fig, path)
+    axes[0].set_ylabel("max over i ≠ j of |⟨x_i, x_j⟩ − γ_β(t)|\n(median over starts)")
+    fig.suptitle(f"Distance of the Gram entries to γ_β over time (SA, n = {c.n})")
+    return fig
 
 
-def _plot_collapse(config, ts, spread, rows, bound, path):
-    nb = len(config.betas)
-    fig, axes = wb.report.new_figure(1, nb, figsize=(5.0 * nb, 3.8), squeeze=False, sharey=True)
-    for b, beta in enumerate(config.betas):
-        ax = axes[0, b]
-        for j, d in enumerate(config.dims):
+def _plot_collapse(results: Results):
+    c, ts, spread = results.config, results.ts, results.spread
+    fig, axes = _panels(results)
+    for b, (ax, beta) in enumerate(zip(axes, c.betas)):
+        for j, d in enumerate(c.dims):
             h = np.median(spread[b, j], axis=0)
             ax.semilogy(ts, np.maximum(h, 1e-300), color=f"C{j}", label=f"d = {d}")
         # The bound's slope, anchored at the median curve of the largest d at t = t1 / 2.
+        bound = next(r.rate_bound for r in results.rows if r.beta == beta)
         h_last = np.median(spread[b, -1], axis=0)
         k = ts.size // 2
         ax.semilogy(
             ts,
-            h_last[k] * np.exp(-bound[beta] * (ts - ts[k])),
+            h_last[k] * np.exp(-bound * (ts - ts[k])),
             "k--",
             lw=1,
-            label=f"slope of the bound, {bound[beta]:.1e}",
+            label=f"slope of the bound, {bound:.1e}",
         )
-        ax.axhspan(*config.fit_window, color="gray", alpha=0.1, label="fit window")
-        ax.set_ylim(max(1e-32, np.min(spread[b][spread[b] > 0]) / 10), 3)
+        ax.axhspan(*c.fit_window, color="gray", alpha=0.1, label="fit window")
+        positive = spread[b][spread[b] > 0]
+        ax.set_ylim(max(1e-32, positive.min() / 10) if positive.size else 1e-32, 3)
         ax.set_xlabel("time t")
         ax.set_title(f"β = {beta:g}")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    axes[0, 0].set_ylabel("1 − min over i ≠ j of ⟨x_i, x_j⟩\n(median over starts)")
-    fig.suptitle(f"Exponential collapse to one cluster (SA, n = {config.n})")
-    wb.report.save_figure(fig, path)
+    axes[0].set_ylabel("1 − min over i ≠ j of ⟨x_i, x_j⟩\n(median over starts)")
+    fig.suptitle(f"Exponential collapse to one cluster (SA, n = {c.n})")
+    return fig

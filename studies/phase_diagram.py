@@ -9,7 +9,10 @@ averaged over the starts, shown as a heat map (t on x, β on y) per d with Γ_�
 (Thm 6.9) overlaid. Reported per d: the statistic at t = 30 for β ≤ 1 (one cluster: ≥ 0.99), and
 the distance between the empirical 0.5-level curve t_½(β) and Γ_∞'s t_Γ(β) (mean |t_½ − t_Γ| and
 mean |log(t_½ / t_Γ)| over the β with t_Γ ≤ 30; where the 0.5 level is not reached by t = 30 the
-gap is counted as 30 − t_Γ, a lower bound, and the number of such β is reported).
+gap is counted as 30 − t_Γ, a lower bound, and the number of such β is reported). The sharpness of
+the transition is the width of the clustering front: per β, the time the statistic takes to rise
+from 0.1 to 0.9, relative to t_½ (infinite where it reaches 0.5 but not 0.9 by t_max); its median
+over the β that reach 0.5.
 
 Fig. 5 variants at d = 128 (particle form, fewer starts: each step costs O(n d²) with matrices).
 The score matrix S = QᵀK is scaled to O(1) entries, so that the scores ⟨Q x_i, K x_j⟩ of random
@@ -22,9 +25,10 @@ N(0, 2); Q = W, K = I) and V = B Bᵀ/d with B i.i.d. N(0, 1) (Wishart, PSD, E V
 draw of the matrices per variant, shared by all β and starts.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import math
-import pathlib
 import time
 
 import jax
@@ -32,11 +36,28 @@ import jax.numpy as jnp
 import numpy as np
 
 import workbench as wb
+from studies._config import (
+    check,
+    check_choices,
+    check_multiple,
+    check_nonempty,
+    check_positive,
+    check_range,
+)
+from studies._report import markdown_table, new_figure, progress
 
 NAME = "phase-diagram"
 SUMMARY = "Fig. 3/5: fraction of clustered pairs over (t, β) per d, against Γ_∞; random Q, K, V."
 
 VARIANTS = ("gaussian", "wigner-psd", "gaussian-v-qtk", "wigner-v-qtk")
+
+FOLLOW_TOL = 0.1
+"""The diagram follows Γ_∞ when mean |log(t_½ / t_Γ)| at the largest d is at most this."""
+SHARP_WIDTH = 1.0
+"""A transition is sharp when the median relative front width (t_0.9 − t_0.1) / t_½ is at most
+this."""
+ONE_CLUSTER = 0.99
+"""The statistic at t_max for β ≤ 1 that counts as one cluster."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,12 +79,30 @@ class Config:
     """Starts per β for the Fig. 5 variants (their particle form costs ~15× more per step)."""
     seed: int = 0
 
+    def __post_init__(self):
+        check_nonempty(self, "ds")
+        check_range(self, "ds", 2)
+        check(self, "ds", len(set(self.ds)) == len(self.ds), "each d at most once")
+        check_range(self, "n", 2)
+        check_range(self, "num_betas", 1)
+        check_positive(self, "beta_max", "dt")
+        check_multiple(self, "t_max", of="dt")
+        check_multiple(self, "save_every", of="dt")
+        check_multiple(self, "t_max", of="save_every")
+        check_range(self, "num_starts", 1)
+        check_range(self, "delta", 0.0, 1.0, low_open=True, high_open=True)
+        check_choices(self, "variants", VARIANTS)
+        check(self, "variants", len(set(self.variants)) == len(self.variants), "each at most once")
+        check_range(self, "variant_d", 2)
+        check_range(self, "variant_starts", 1)
+        check_range(self, "seed", 0)
+
 
 def smoke_config() -> Config:
     return Config(
         ds=(8, 32),
         num_betas=9,
-        t_max=10.0,
+        t_max=15.0,
         save_every=1.0,
         num_starts=8,
         variants=("gaussian",),
@@ -72,16 +111,51 @@ def smoke_config() -> Config:
     )
 
 
-def _check(config: Config) -> None:
-    for name in config.variants:
-        if name not in VARIANTS:
-            raise ValueError(f"variants: {name!r} is not known; valid: {', '.join(VARIANTS)}.")
-    if not jax.config.jax_enable_x64:
-        raise ValueError("the phase diagram runs in float64; run via `workbench run` (x64 on).")
-    steps = config.t_max / config.dt
-    every = config.save_every / config.dt
-    if abs(steps - round(steps)) > 1e-9 or abs(every - round(every)) > 1e-9:
-        raise ValueError("t_max and save_every must be multiples of dt.")
+@dataclasses.dataclass(frozen=True)
+class GammaDistance:
+    """Gap between the empirical 0.5-level curve and Γ_∞ over the β with t_Γ ≤ t_max."""
+
+    num_betas_compared: int
+    num_censored: int
+    """β whose 0.5 level is not reached by t_max (gap counted as t_max − t_Γ, a lower bound)."""
+    mean_abs_dt: float
+    median_abs_dt: float
+    mean_abs_log_ratio: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagram:
+    """One phase diagram: identity matrices at dimension `d` (`variant == "identity"`), or a
+    Fig. 5 random-matrix variant."""
+
+    variant: str
+    d: int
+    form: str
+    wall_s: float
+    fraction: np.ndarray
+    """(B, T): the statistic averaged over the starts."""
+    max_sem: float
+    t_half: np.ndarray
+    """(B,): first time the statistic reaches 0.5 (NaN: not by t_max)."""
+    front_width: np.ndarray
+    """(B,): (t_0.9 − t_0.1) / t_½ (NaN where t_½ is NaN, inf where 0.9 is not reached)."""
+    median_front_width: float
+    """Median of `front_width` over the β that reach 0.5 (NaN if none)."""
+    distance_to_gamma_infinity: GammaDistance
+    min_fraction_at_t_max_beta_le_1: float
+    """NaN when no β ≤ 1 is on the grid."""
+    one_cluster_beta_le_1: bool | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    betas: np.ndarray
+    ts: np.ndarray
+    gamma_infinity_t: np.ndarray
+    """t_Γ(β): Γ_∞'s time for each β."""
+    per_d: list[Diagram]
+    variants: list[Diagram]
 
 
 def _matrices(name: str, d: int, key):
@@ -100,205 +174,230 @@ def _matrices(name: str, d: int, key):
     return w, None, w / math.sqrt(d)
 
 
-def _half_time(ts: np.ndarray, fraction: np.ndarray) -> float:
-    """First time the (mean) statistic reaches 0.5, linearly interpolated; NaN if never."""
-    above = np.nonzero(fraction >= 0.5)[0]
-    if above.size == 0:
-        return math.nan
-    k = int(above[0])
-    if k == 0:
-        return float(ts[0])
-    t0, t1, f0, f1 = ts[k - 1], ts[k], fraction[k - 1], fraction[k]
-    return float(t0 + (0.5 - f0) * (t1 - t0) / (f1 - f0))
-
-
-def _distance(t_half: np.ndarray, t_gamma: np.ndarray, t_max: float) -> dict:
-    """Gap between the empirical 0.5-level curve and Γ_∞ over the β with t_Γ ≤ t_max."""
+def _distance(t_half: np.ndarray, t_gamma: np.ndarray, t_max: float) -> GammaDistance:
     inside = t_gamma <= t_max
-    censored = inside & np.isnan(t_half)
     t_emp = np.where(np.isnan(t_half), t_max, t_half)[inside]
-    t_th = t_gamma[inside]
-    gaps = np.abs(t_emp - t_th)
-    logs = np.abs(np.log(t_emp / t_th))
-    return {
-        "num_betas_compared": int(inside.sum()),
-        "num_censored": int(censored.sum()),
-        "mean_abs_dt": float(gaps.mean()) if gaps.size else math.nan,
-        "median_abs_dt": float(np.median(gaps)) if gaps.size else math.nan,
-        "mean_abs_log_ratio": float(logs.mean()) if logs.size else math.nan,
-    }
+    gaps = np.abs(t_emp - t_gamma[inside])
+    logs = np.abs(np.log(t_emp / t_gamma[inside]))
+    return GammaDistance(
+        num_betas_compared=int(inside.sum()),
+        num_censored=int((inside & np.isnan(t_half)).sum()),
+        mean_abs_dt=float(gaps.mean()) if gaps.size else math.nan,
+        median_abs_dt=float(np.median(gaps)) if gaps.size else math.nan,
+        mean_abs_log_ratio=float(logs.mean()) if logs.size else math.nan,
+    )
 
 
-def _summarize(pd, betas, ts, t_gamma, config: Config) -> dict:
-    t_half = np.array([_half_time(ts, row) for row in pd.fraction])
+def _summarize(pd, variant, d, wall, betas, ts, t_gamma, t_max) -> Diagram:
+    t_half = np.asarray(wb.particles.half_time(ts, pd.fraction), float)
+    t_low = np.asarray(wb.particles.half_time(ts, pd.fraction, level=0.1), float)
+    t_high = np.asarray(wb.particles.half_time(ts, pd.fraction, level=0.9), float)
+    width = np.where(np.isnan(t_high), np.inf, (t_high - t_low) / t_half)
+    width = np.where(np.isnan(t_half), np.nan, width)
+    reached = ~np.isnan(t_half)
     small = betas <= 1.0
     at_end = pd.fraction[:, -1]
-    return {
-        "form": type(pd.form).__name__,
-        "fraction": np.round(pd.fraction, 6).tolist(),
-        "max_sem": float(pd.sem.max()),
-        "t_half": [None if math.isnan(t) else t for t in t_half],
-        "distance_to_gamma_infinity": _distance(t_half, t_gamma, config.t_max),
-        "min_fraction_at_t_max_beta_le_1": float(at_end[small].min()) if small.any() else None,
-        "one_cluster_beta_le_1": bool(at_end[small].min() >= 0.99) if small.any() else None,
-    }
+    low = float(at_end[small].min()) if small.any() else math.nan
+    return Diagram(
+        variant=variant,
+        d=int(d),
+        form=type(pd.form).__name__,
+        wall_s=wall,
+        fraction=np.asarray(pd.fraction),
+        max_sem=float(pd.sem.max()),
+        t_half=t_half,
+        front_width=width,
+        median_front_width=float(np.median(width[reached])) if reached.any() else math.nan,
+        distance_to_gamma_infinity=_distance(t_half, t_gamma, t_max),
+        min_fraction_at_t_max_beta_le_1=low,
+        one_cluster_beta_le_1=bool(low >= ONE_CLUSTER) if small.any() else None,
+    )
 
 
-def main(config: Config, out: pathlib.Path) -> dict:
-    _check(config)
+def compute(config: Config) -> Results:
     betas = config.beta_max * np.arange(1, config.num_betas + 1) / config.num_betas
     ts = config.save_every * np.arange(round(config.t_max / config.save_every) + 1)
-    t_gamma = np.asarray(wb.particles.gamma_infinity(betas, config.delta, config.n, "SA"))
-    key_starts, key_matrices = jax.random.split(jax.random.key(config.seed))
-    run = dict(dt=config.dt, save_ts=ts, delta=config.delta)
-
-    per_d = {}
-    for i, d in enumerate(config.ds):
-        starts = wb.particles.random_starts(
-            jax.random.fold_in(key_starts, i), config.num_starts, config.n, d, jnp.float64
+    with jax.enable_x64(True):
+        t_gamma = np.asarray(
+            wb.particles.gamma_infinity(betas, config.delta, config.n, "SA"), np.float64
         )
-        t0 = time.perf_counter()
-        pd = wb.particles.phase_diagram(betas, starts, **run)
-        wall = time.perf_counter() - t0
-        per_d[d] = {"d": d, "wall_s": wall, **_summarize(pd, betas, ts, t_gamma, config)}
-        del starts
+        key_starts, key_matrices = jax.random.split(jax.random.key(config.seed))
+        run = dict(dt=config.dt, save_ts=ts, delta=config.delta)
+        summary = dict(betas=betas, ts=ts, t_gamma=t_gamma, t_max=config.t_max)
 
-    per_variant = {}
-    for j, name in enumerate(config.variants):
-        q, k, v = _matrices(name, config.variant_d, jax.random.fold_in(key_matrices, j))
-        starts = wb.particles.random_starts(
-            jax.random.fold_in(key_starts, 1000 + j),
-            config.variant_starts,
-            config.n,
-            config.variant_d,
-            jnp.float64,
+        per_d = []
+        for i, d in enumerate(progress(config.ds, desc="phase diagram: d")):
+            starts = wb.particles.random_starts(
+                jax.random.fold_in(key_starts, i), config.num_starts, config.n, d, jnp.float64
+            )
+            t0 = time.perf_counter()
+            pd = wb.particles.phase_diagram(betas, starts, **run)
+            wall = time.perf_counter() - t0
+            per_d.append(_summarize(pd, "identity", d, wall, **summary))
+            del starts
+
+        variants = []
+        for j, name in enumerate(progress(config.variants, desc="phase diagram: variants")):
+            q, k, v = _matrices(name, config.variant_d, jax.random.fold_in(key_matrices, j))
+            starts = wb.particles.random_starts(
+                jax.random.fold_in(key_starts, 1000 + j),
+                config.variant_starts,
+                config.n,
+                config.variant_d,
+                jnp.float64,
+            )
+            t0 = time.perf_counter()
+            pd = wb.particles.phase_diagram(betas, starts, Q=q, K=k, V=v, **run)
+            wall = time.perf_counter() - t0
+            variants.append(_summarize(pd, name, config.variant_d, wall, **summary))
+    return Results(config, betas, ts, t_gamma, per_d, variants)
+
+
+def _parts(results: Results):
+    """The three answers: (follows Γ_∞ at the largest d, closer at the largest than at the
+    smallest d, every variant sharp), with the diagrams that decide them."""
+    by_d = sorted(results.per_d, key=lambda r: r.d)
+    small, large = by_d[0], by_d[-1]
+    follows = large.distance_to_gamma_infinity.mean_abs_log_ratio <= FOLLOW_TOL
+    closer = (
+        len(by_d) > 1
+        and large.distance_to_gamma_infinity.mean_abs_dt
+        < small.distance_to_gamma_infinity.mean_abs_dt
+    )
+    unsharp = [r for r in results.variants if not r.median_front_width <= SHARP_WIDTH]
+    sharp = bool(results.variants) and not unsharp
+    return follows, closer, sharp, small, large, unsharp
+
+
+def verdict(results: Results) -> str:
+    follows, closer, sharp, small, large, unsharp = _parts(results)
+    c = results.config
+    dist_l = large.distance_to_gamma_infinity
+    held = sum((follows, closer, sharp))
+    word = "Yes" if held == 3 else "No" if held == 0 else "Partly"
+    lines = [
+        f"{word}. At the largest d = {large.d} the empirical ½-level curve "
+        + ("is" if follows else "is not")
+        + f" within mean |log t½/t_Γ| = {dist_l.mean_abs_log_ratio:.3g} of Γ_∞ "
+        f"(tolerance {FOLLOW_TOL:g}; {dist_l.num_censored} of {dist_l.num_betas_compared} β "
+        f"not reached by t = {c.t_max:g})."
+    ]
+    if len(results.per_d) > 1:
+        a = small.distance_to_gamma_infinity.mean_abs_dt
+        lines.append(
+            f"The mean gap |t½ − t_Γ| {'falls' if closer else 'does not fall'} from {a:.3g} at "
+            f"d = {small.d} to {dist_l.mean_abs_dt:.3g} at d = {large.d}."
         )
-        t0 = time.perf_counter()
-        pd = wb.particles.phase_diagram(betas, starts, Q=q, K=k, V=v, **run)
-        wall = time.perf_counter() - t0
-        per_variant[name] = {
-            "variant": name,
-            "wall_s": wall,
-            **_summarize(pd, betas, ts, t_gamma, config),
-        }
-
-    if wb.report.have_matplotlib() and per_d:
-        _plot_heatmaps(
-            [(f"d = {d}", r) for d, r in per_d.items()],
-            betas,
-            ts,
-            t_gamma,
-            config,
-            out / "phase_diagram.png",
+    else:
+        lines.append(f"Only d = {large.d} was run, so the trend in d is not measured.")
+    widths = ", ".join(f"{r.variant} {r.median_front_width:.3g}" for r in results.variants)
+    if not results.variants:
+        lines.append("No random-matrix variant was run.")
+    elif sharp:
+        lines.append(
+            f"Every random-matrix variant at d = {c.variant_d} keeps a sharp transition (median "
+            f"front width (t_0.9 − t_0.1)/t½: {widths}; at most {SHARP_WIDTH:g} allowed)."
         )
-    if wb.report.have_matplotlib() and per_variant:
-        _plot_heatmaps(
-            [(f"({name}) d = {config.variant_d}", r) for name, r in per_variant.items()],
-            betas,
-            ts,
-            t_gamma,
-            config,
-            out / "phase_diagram_random_matrices.png",
+    else:
+        lines.append(
+            f"{len(unsharp)} of {len(results.variants)} random-matrix variants at d = "
+            f"{c.variant_d} have no sharp transition (median front width (t_0.9 − t_0.1)/t½: "
+            f"{widths}; at most {SHARP_WIDTH:g} allowed; inf/nan: 0.9/0.5 not reached by "
+            f"t = {c.t_max:g})."
         )
-    return {
-        "betas": betas.tolist(),
-        "ts": ts.tolist(),
-        "gamma_infinity_t": t_gamma.tolist(),
-        "per_d": list(per_d.values()),
-        "variants": list(per_variant.values()),
-        "report": _report(per_d, per_variant, config),
-    }
+    ones = [r for r in results.per_d if r.one_cluster_beta_le_1 is not None]
+    if ones:
+        low = min(r.min_fraction_at_t_max_beta_le_1 for r in ones)
+        failing = [r.d for r in ones if not r.one_cluster_beta_le_1]
+        lines.append(
+            f"For β ≤ 1 the statistic at t = {c.t_max:g} is at least {low:.4g} "
+            + (
+                f"(one cluster, ≥ {ONE_CLUSTER:g}, at every d)."
+                if not failing
+                else f"(below {ONE_CLUSTER:g} at d = {', '.join(map(str, failing))})."
+            )
+        )
+    return " ".join(lines)
 
 
-def _report(per_d: dict, per_variant: dict, config: Config) -> str:
+def report(results: Results) -> str:
+    c = results.config
     rows = []
-    for d, r in per_d.items():
-        dist = r["distance_to_gamma_infinity"]
+    for r in results.per_d:
+        dist = r.distance_to_gamma_infinity
         rows.append(
             [
-                d,
-                r["form"],
-                r["wall_s"] / 60,
-                r["min_fraction_at_t_max_beta_le_1"],
-                dist["mean_abs_dt"],
-                dist["median_abs_dt"],
-                dist["mean_abs_log_ratio"],
-                f"{dist['num_censored']}/{dist['num_betas_compared']}",
+                r.d,
+                r.form,
+                r.wall_s / 60,
+                r.min_fraction_at_t_max_beta_le_1,
+                dist.mean_abs_dt,
+                dist.median_abs_dt,
+                dist.mean_abs_log_ratio,
+                f"{dist.num_censored}/{dist.num_betas_compared}",
+                r.median_front_width,
+                r.max_sem,
             ]
         )
-    table = wb.report.markdown_table(
-        [
-            "d",
-            "form",
-            "time (min)",
-            f"min F(β≤1, t={config.t_max:g})",
-            "mean |t½ − t_Γ|",
-            "median |t½ − t_Γ|",
-            "mean |log t½/t_Γ|",
-            "not reached / compared",
-        ],
-        rows,
-    )
     lines = [
-        f"SA, n = {config.n}, {config.num_betas} β in (0, {config.beta_max:g}], t ∈ [0, "
-        f"{config.t_max:g}] (saved every {config.save_every:g}), {config.num_starts} starts per β "
-        f"(the same for every β), Euler-then-renormalize dt = {config.dt:g}, float64, "
-        f"δ = {config.delta:g}. Distances are in time units over the β whose Γ_∞ time is ≤ "
-        f"{config.t_max:g}; where the empirical 0.5 level is not reached by t = {config.t_max:g} "
-        "the gap counts as t_max − t_Γ (a lower bound).",
+        f"SA, n = {c.n}, {c.num_betas} β in (0, {c.beta_max:g}], t ∈ [0, {c.t_max:g}] (saved "
+        f"every {c.save_every:g}), {c.num_starts} starts per β (the same for every β), "
+        f"Euler-then-renormalize dt = {c.dt:g}, float64, δ = {c.delta:g}. Distances are in time "
+        f"units over the β whose Γ_∞ time is ≤ {c.t_max:g}; where the empirical 0.5 level is not "
+        f"reached by t = {c.t_max:g} the gap counts as t_max − t_Γ (a lower bound). Front width: "
+        "median over the β reaching 0.5 of (t_0.9 − t_0.1)/t½ (inf: 0.9 not reached).",
         "",
-        table,
-        "",
+        markdown_table(
+            [
+                "d",
+                "form",
+                "time (min)",
+                f"min F(β≤1, t={c.t_max:g})",
+                "mean |t½ − t_Γ|",
+                "median |t½ − t_Γ|",
+                "mean |log t½/t_Γ|",
+                "not reached / compared",
+                "front width",
+                "max s.e.m.",
+            ],
+            rows,
+        ),
     ]
-    ones = [
-        r["one_cluster_beta_le_1"] for r in per_d.values() if r["one_cluster_beta_le_1"] is not None
-    ]
-    if ones:
-        lines.append(
-            f"- **One cluster for β ≤ 1 at t = {config.t_max:g} (statistic ≥ 0.99): "
-            f"{'yes' if all(ones) else 'NO'}** for every d "
-            f"(min {min(r['min_fraction_at_t_max_beta_le_1'] for r in per_d.values()):.4f})."
-        )
-    if 8 in per_d and 128 in per_d:
-        a = per_d[8]["distance_to_gamma_infinity"]["mean_abs_dt"]
-        b = per_d[128]["distance_to_gamma_infinity"]["mean_abs_dt"]
-        verdict = "yes" if b < a else "NO"
-        lines.append(
-            f"- **Transition closer to Γ_∞ at d = 128 than at d = 8: {verdict}** (mean gap "
-            f"{b:.3g} vs {a:.3g} time units)."
-        )
-    if 128 in per_d:
-        lines.append(
-            f"- The d = 128 diagram ({config.num_betas} β × {config.num_starts} starts × "
-            f"{round(config.t_max / config.dt)} steps) took {per_d[128]['wall_s'] / 60:.2f} min "
-            "(budget: 15 min on the 2-core CPU)."
-        )
-    if per_variant:
+    for r in results.per_d:
+        if r.d == 128:
+            lines += [
+                "",
+                f"The d = 128 diagram ({c.num_betas} β × {c.num_starts} starts × "
+                f"{round(c.t_max / c.dt)} steps) took {r.wall_s / 60:.2f} min.",
+            ]
+    if results.variants:
         vrows = [
             [
-                name,
-                r["wall_s"] / 60,
-                r["min_fraction_at_t_max_beta_le_1"],
-                r["distance_to_gamma_infinity"]["mean_abs_dt"],
-                f"{r['distance_to_gamma_infinity']['num_censored']}/"
-                f"{r['distance_to_gamma_infinity']['num_betas_compared']}",
-                r["max_sem"],
+                r.variant,
+                r.wall_s / 60,
+                r.min_fraction_at_t_max_beta_le_1,
+                r.distance_to_gamma_infinity.mean_abs_dt,
+                f"{r.distance_to_gamma_infinity.num_censored}/"
+                f"{r.distance_to_gamma_infinity.num_betas_compared}",
+                r.median_front_width,
+                r.max_sem,
             ]
-            for name, r in per_variant.items()
+            for r in results.variants
         ]
         lines += [
             "",
-            f"Fig. 5 random-matrix variants at d = {config.variant_d}, {config.variant_starts} "
-            "starts per β (particle form; scaling in the study docstring). Γ_∞ is the identity-"
-            "matrix curve, drawn for reference only.",
+            f"Fig. 5 random-matrix variants at d = {c.variant_d}, {c.variant_starts} starts per β "
+            "(particle form; scaling in the study docstring). Γ_∞ is the identity-matrix curve, "
+            "drawn for reference only.",
             "",
-            wb.report.markdown_table(
+            markdown_table(
                 [
                     "variant",
                     "time (min)",
-                    f"min F(β≤1, t={config.t_max:g})",
+                    f"min F(β≤1, t={c.t_max:g})",
                     "mean |t½ − t_Γ|",
                     "not reached / compared",
+                    "front width",
                     "max s.e.m.",
                 ],
                 vrows,
@@ -307,10 +406,23 @@ def _report(per_d: dict, per_variant: dict, config: Config) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot_heatmaps(panels, betas, ts, t_gamma, config: Config, path: pathlib.Path) -> None:
+def figures(results: Results) -> dict:
+    c = results.config
+    out = {}
+    if results.per_d:
+        out["phase_diagram"] = _heatmaps([(f"d = {r.d}", r) for r in results.per_d], results)
+    if results.variants:
+        out["phase_diagram_random_matrices"] = _heatmaps(
+            [(f"({r.variant}) d = {c.variant_d}", r) for r in results.variants], results
+        )
+    return out
+
+
+def _heatmaps(panels, results: Results):
+    betas, ts, t_gamma = results.betas, results.ts, results.gamma_infinity_t
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = wb.report.new_figure(
+    fig, axes = new_figure(
         rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False, sharex=True, sharey=True
     )
     dt_half = (ts[1] - ts[0]) / 2 if ts.size > 1 else 0.5
@@ -320,7 +432,7 @@ def _plot_heatmaps(panels, betas, ts, t_gamma, config: Config, path: pathlib.Pat
     image = None
     for ax, (title, r) in zip(axes.flat, panels):
         image = ax.imshow(
-            np.asarray(r["fraction"]),
+            r.fraction,
             origin="lower",
             aspect="auto",
             extent=extent,
@@ -330,8 +442,7 @@ def _plot_heatmaps(panels, betas, ts, t_gamma, config: Config, path: pathlib.Pat
             interpolation="nearest",
         )
         ax.plot(t_gamma[inside], betas[inside], color="tab:red", lw=1.5, label=r"$\Gamma_\infty$")
-        t_half = np.array([np.nan if t is None else t for t in r["t_half"]], float)
-        ax.plot(t_half, betas, color="white", lw=1.0, ls="--", label="empirical ½ level")
+        ax.plot(r.t_half, betas, color="white", lw=1.0, ls="--", label="empirical ½ level")
         ax.set_title(title)
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
@@ -344,6 +455,6 @@ def _plot_heatmaps(panels, betas, ts, t_gamma, config: Config, path: pathlib.Pat
         image,
         ax=axes,
         shrink=0.8,
-        label=f"fraction of pairs with ⟨x_i, x_j⟩ ≥ 1 − {config.delta:g}",
+        label=f"fraction of pairs with ⟨x_i, x_j⟩ ≥ 1 − {results.config.delta:g}",
     )
-    wb.report.save_figure(fig, path)
+    return fig

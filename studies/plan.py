@@ -10,11 +10,12 @@ time). The largest stable step is predicted from the method's stability function
 (`max_stable_step`) on the decaying part (`Re λ < 0`) of the full field's Jacobian spectra
 (largest-modulus eigenvalues by Arnoldi) at the start of every layer along the trajectory; for
 splitting schemes this is the commuting-operator estimate. Model: as in `convergence-order`
-(random weights; pre-norm, or post-norm as the projected ODE with diffrax solvers).
+(random weights, GELU; pre-norm, or post-norm as the projected ODE with diffrax solvers).
 """
 
+from __future__ import annotations
+
 import dataclasses
-import pathlib
 import time
 
 import jax
@@ -23,12 +24,33 @@ import numpy as np
 
 import workbench as wb
 import workbench.analysis as wba
+from studies._config import (
+    check,
+    check_choices,
+    check_divides,
+    check_nonempty,
+    check_positive,
+    check_range,
+)
+from studies._report import markdown_table, new_figure, progress
 
 NAME = "plan"
 SUMMARY = "Cheapest method and steps per layer meeting a tolerance; writes plan.json for training."
 
-EQUATIONS = ("pre-norm", "post-norm")
-_PILOT_START = {1: 8, 2: 4, 3: 4, 4: 2, 5: 2, 8: 1}
+SPLITTING = tuple(k for k, v in wba.METHODS.items() if v[2] == "splitting")
+PILOT_START = {1: 8, 2: 4, 3: 4, 4: 2, 5: 2, 8: 1}
+"""Steps per layer of the first pilot point, by declared order."""
+STABILITY_STAND_INS = {"euler": wb.schemes.Euler}
+"""Methods whose `wb.analysis.METHODS` object carries no Butcher tableau (diffrax's `Euler`),
+mapped to a workbench method with the same stability function (`R(z) = 1 + z`), which
+`max_stable_step` reads. Every other method is its own `method_from_name` object."""
+
+
+def stability_method(name: str):
+    """The object whose stability function stands for the method `name` (see
+    `STABILITY_STAND_INS`)."""
+    stand_in = STABILITY_STAND_INS.get(name)
+    return stand_in() if stand_in is not None else wba.method_from_name(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,26 +61,42 @@ class Config:
     num_heads: int = 4
     dim_feedforward: int = 128
     equation: str = "pre-norm"
+    """`pre-norm` or `post-norm` (the projected ODE)."""
     tolerance: float = 1e-6
+    """The max-abs error at T the plan must meet."""
     methods: tuple[str, ...] = (
-        "euler",
-        "heun",
-        "bosh3",
-        "rk4",
-        "tsit5",
-        "dopri5",
-        "dopri8",
-        "lie",
-        "strang",
-        "yoshida4",
+        *("euler", "heun", "bosh3", "rk4", "tsit5", "dopri5", "dopri8"),
+        *("lie", "strang", "yoshida4"),
     )
+    """Candidates (names of `wb.analysis.METHODS`)."""
     max_refinements: int = 6
+    """Times the step count is raised by 25 % when the measured error misses the tolerance."""
     max_steps_per_layer: int = 4096
     """Candidates predicted to need more steps per layer are reported but not run."""
     reference_steps_per_layer: int = 256
     krylov_dim: int = 40
     num_eigenvalues: int = 12
     seed: int = 0
+
+    def __post_init__(self):
+        check_positive(self, "d", "n", "num_layers", "num_heads", "dim_feedforward")
+        check_divides(self, "num_heads", into="d")
+        check_choices(self, "equation", ("pre-norm", "post-norm"))
+        check_range(self, "tolerance", 0.0, 1.0, low_open=True, high_open=True)
+        check_nonempty(self, "methods")
+        check_choices(self, "methods", wba.METHODS)
+        distinct = len(set(self.methods)) == len(self.methods)
+        check(self, "methods", distinct, "the values must be distinct")
+        splitting = self.equation == "post-norm" and set(self.methods) & set(SPLITTING)
+        why = "post-norm splittings are first order; the post-norm plan uses diffrax solvers"
+        check(self, "methods", not splitting, why)
+        check_range(self, "max_refinements", 0)
+        check_positive(self, "max_steps_per_layer", "krylov_dim", "num_eigenvalues")
+        ok = self.reference_steps_per_layer >= 2
+        check(self, "reference_steps_per_layer", ok, "it must be >= 2 (Richardson halves it)")
+        ok = self.num_eigenvalues <= self.krylov_dim
+        check(self, "num_eigenvalues", ok, f"it must be <= krylov_dim={self.krylov_dim}")
+        check_range(self, "seed", 0)
 
 
 def smoke_config() -> Config:
@@ -76,45 +114,51 @@ def smoke_config() -> Config:
     )
 
 
-def _check(config: Config) -> None:
-    if not jax.config.jax_enable_x64:
-        raise ValueError("the plan study runs in float64; run it via `workbench run`.")
-    if config.equation not in EQUATIONS:
-        raise ValueError(
-            f"equation={config.equation!r} is not known; valid: {', '.join(EQUATIONS)}."
-        )
-    if not config.tolerance > 0:
-        raise ValueError(f"tolerance={config.tolerance!r} must be > 0 (a max-abs error).")
-    if not config.methods:
-        raise ValueError(f"methods is empty; choose from {', '.join(wba.METHODS)}.")
-    for name in config.methods:
-        if name not in wba.METHODS:
-            raise ValueError(f"methods: {name!r} is not known; valid: {', '.join(wba.METHODS)}.")
-        if config.equation == "post-norm" and wba.METHODS[name][2] == "splitting":
-            raise ValueError(
-                f"methods: {name!r} is a splitting scheme; the projected post-norm equation is "
-                "solved by diffrax solvers only."
-            )
-    for field in (
-        "d",
-        "n",
-        "num_layers",
-        "num_heads",
-        "dim_feedforward",
-        "max_refinements",
-        "max_steps_per_layer",
-    ):
-        if getattr(config, field) < 1:
-            raise ValueError(f"{field}={getattr(config, field)!r} must be >= 1.")
-    if config.num_eigenvalues > config.krylov_dim:
-        raise ValueError(
-            f"num_eigenvalues={config.num_eigenvalues} must be <= krylov_dim={config.krylov_dim}."
-        )
-    if config.d % config.num_heads:
-        valid = [h for h in range(1, config.d + 1) if config.d % h == 0]
-        raise ValueError(
-            f"num_heads={config.num_heads} does not divide d={config.d}; valid head counts: {valid}."
-        )
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One method: its pilot fit, the checked step count and the stability prediction."""
+
+    method: str
+    declared_order: int
+    pilot_order: float | None
+    """The pilot ladder's fitted order (`None`: no consistent slope; the declared one is used)."""
+    predicted_steps_per_layer: int
+    steps_per_layer: int | None
+    """The checked step count; `None` when the prediction exceeds `max_steps_per_layer`."""
+    measured_error: float | None
+    meets_tolerance: bool
+    evaluations: int | None
+    seconds: float | None
+    largest_stable_step: float
+    step: float | None
+    stable: bool | None
+    over_cap: bool
+    """Predicted to need more than `max_steps_per_layer` (not run)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Spectrum:
+    num_eigenvalues: int
+    num_decaying: int
+    max_real: float
+    max_modulus: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    candidates: list[Candidate]
+    plan: dict | None
+    """`DiscretizationPlan.to_dict()` of the cheapest candidate meeting the tolerance (what
+    `artifacts` writes as `plan.json`); `None` if no candidate met it."""
+    spectrum: Spectrum
+    reference_error_estimate: float
+    seconds: float
+
+
+# --------------------------------------------------------------------------------------------
+# Compute
+# --------------------------------------------------------------------------------------------
 
 
 def _spectra(equation, u0, config: Config) -> np.ndarray:
@@ -134,8 +178,7 @@ def _spectra(equation, u0, config: Config) -> np.ndarray:
             starts.append(u)
     eigs = []
     for layer, u in enumerate(starts):
-        fields = wba.term_fields(equation, layer + 0.5)
-        f = fields["full"]
+        f = wba.term_fields(equation, layer + 0.5)["full"]
         if config.equation == "post-norm":
             ln = equation.operators[-1].projection.evaluate(layer + 0.5)
             f = jax.tree_util.Partial(lambda g, p, v: jax.jvp(p.retract, (v,), (g(v),))[1], f, ln)
@@ -144,218 +187,221 @@ def _spectra(equation, u0, config: Config) -> np.ndarray:
                 f, u, num_eigenvalues=config.num_eigenvalues, krylov_dim=config.krylov_dim
             )
         )
-    return np.concatenate(eigs)
+    return np.asarray(np.concatenate(eigs))
 
 
-def _stability_method(name: str):
-    obj = wba.method_from_name(name)
-    # diffrax's Euler carries no Butcher tableau; its stability function is the workbench's.
-    return wb.schemes.Euler() if name == "euler" else obj
+def _pilot_fit(pilot, order: int):
+    """The pilot's fit, or without a consistent slope (pre-asymptotic pilot) the declared order
+    through the finest pilot point, `e = C h^p`."""
+    if pilot.fit is not None:
+        return pilot.fit
+    h, e = pilot.step_sizes[-1], max(float(pilot.errors[-1]), 1e-300)
+    n, nan = len(pilot.step_sizes), float("nan")
+    return wba.OrderFit(
+        order=float(order), constant=e / h**order, stderr=nan, ci_low=nan, ci_high=nan,
+        confidence=0.95, steps=pilot.step_sizes, errors=pilot.errors, used=np.ones(n, bool),
+        local_orders=np.zeros(n - 1), floor=None, pre_asymptotic=0,
+    )  # fmt: skip
 
 
-def main(config: Config, out: pathlib.Path) -> dict:
-    _check(config)
-    rng = np.random.default_rng(config.seed)
-    u0 = jnp.asarray(rng.standard_normal((config.n, config.d)))
-    sd = wb.architectures.random_encoder_state_dict(
-        np.random.default_rng(config.seed + 1),
-        d=config.d,
-        num_layers=config.num_layers,
-        dim_feedforward=config.dim_feedforward,
+def _candidate(config: Config, equation, u0, ref, name: str, decaying) -> Candidate:
+    order = wba.METHODS[name][1]
+    method = wba.method_from_name(name)
+    k0 = PILOT_START[order]
+    pilot = wba.error_ladder(
+        equation, u0, method, [k0, 2 * k0, 4 * k0], ref, declared_order=order, repeats=1
     )
-    model = wb.architectures.encoder_from_torch(
-        sd, num_heads=config.num_heads, norm_first=config.equation == "pre-norm", activation="gelu"
+    k = predicted = wba.steps_for_tolerance(
+        _pilot_fit(pilot, order), config.tolerance, equation.piece_length
     )
-    equation = model.equation
+    # Check the prediction by solving; raise by 25 % until the measured error meets it.
+    check = None
+    for _ in range(config.max_refinements + 1):
+        if k > config.max_steps_per_layer:
+            break
+        check = wba.error_ladder(equation, u0, method, [k], ref, min_points=1, repeats=3)
+        if check.errors[0] <= config.tolerance:
+            break
+        k = max(k + 1, int(np.ceil(1.25 * k)))
+    tau_star = float(wba.max_stable_step(stability_method(name), decaying))
+    pilot_order = None if pilot.fit is None else pilot.fit.order
+    common = dict(
+        method=name,
+        declared_order=order,
+        pilot_order=pilot_order,
+        predicted_steps_per_layer=predicted,
+        largest_stable_step=tau_star,
+    )
+    if check is None or k > config.max_steps_per_layer:
+        return Candidate(
+            **common, steps_per_layer=None, measured_error=None, meets_tolerance=False,
+            evaluations=None, seconds=None, step=None, stable=None, over_cap=True,
+        )  # fmt: skip
+    step, error = equation.piece_length / k, float(check.errors[0])
+    return Candidate(
+        **common, steps_per_layer=k, measured_error=error, evaluations=int(check.evaluations[0]),
+        meets_tolerance=error <= config.tolerance, seconds=float(check.seconds[0]), step=step,
+        stable=step <= tau_star, over_cap=False,
+    )  # fmt: skip
+
+
+def _best(candidates: list[Candidate]) -> Candidate | None:
+    feasible = [c for c in candidates if c.meets_tolerance]
+    return min(feasible, key=lambda c: (c.evaluations, c.seconds)) if feasible else None
+
+
+def compute(config: Config) -> Results:
     start = time.perf_counter()
-    ref = wba.reference_solution(equation, u0, steps_per_layer=config.reference_steps_per_layer)
-    eigs = _spectra(equation, u0, config)
-    decaying = eigs[eigs.real < -1e-9 * max(1.0, float(np.max(np.abs(eigs))))]
-    candidates = []
-    for name in config.methods:
-        _, order, _ = wba.METHODS[name]
-        method = wba.method_from_name(name)
-        k0 = _PILOT_START[order]
-        pilot = wba.error_ladder(
-            equation, u0, method, [k0, 2 * k0, 4 * k0], ref, declared_order=order, repeats=1
+    with jax.enable_x64(True):
+        u0 = jnp.asarray(np.random.default_rng(config.seed).standard_normal((config.n, config.d)))
+        sd = wb.architectures.random_encoder_state_dict(
+            np.random.default_rng(config.seed + 1),
+            d=config.d,
+            num_layers=config.num_layers,
+            dim_feedforward=config.dim_feedforward,
         )
-        fit = pilot.fit
-        if fit is None:
-            # No consistent slope yet (pre-asymptotic pilot): the declared order through the
-            # finest pilot point, e = C h^p.
-            h, e = pilot.step_sizes[-1], max(float(pilot.errors[-1]), 1e-300)
-            fit = wba.OrderFit(
-                order,
-                e / h**order,
-                *([float("nan")] * 3),
-                0.95,
-                pilot.step_sizes,
-                pilot.errors,
-                np.ones(3, bool),
-                np.zeros(2),
-                None,
-                0,
-            )
-        k = predicted = wba.steps_for_tolerance(fit, config.tolerance, equation.piece_length)
-        # Check the prediction by solving; raise by 25 % until the measured error meets it.
-        check = None
-        for _ in range(config.max_refinements + 1):
-            if k > config.max_steps_per_layer:
-                break  # too expensive: not a candidate (recorded as such)
-            lad = wba.error_ladder(equation, u0, method, [k], ref, min_points=1, repeats=3)
-            check = lad
-            if lad.errors[0] <= config.tolerance:
-                break
-            k = max(k + 1, int(np.ceil(1.25 * k)))
-        if check is None or k > config.max_steps_per_layer:
-            candidates.append(
-                {
-                    "method": name,
-                    "declared_order": order,
-                    "pilot_order": None if pilot.fit is None else pilot.fit.order,
-                    "predicted_steps_per_layer": predicted,
-                    "steps_per_layer": None,
-                    "measured_error": None,
-                    "meets_tolerance": False,
-                    "evaluations": None,
-                    "seconds": None,
-                    "largest_stable_step": float(
-                        wba.max_stable_step(_stability_method(name), decaying)
-                    ),
-                    "step": None,
-                    "stable": None,
-                    "why": f"needs more than max_steps_per_layer={config.max_steps_per_layer}",
-                }
-            )
-            continue
-        met = bool(check.errors[0] <= config.tolerance)
-        tau_star = float(wba.max_stable_step(_stability_method(name), decaying))
-        step = equation.piece_length / k
-        candidates.append(
-            {
-                "method": name,
-                "declared_order": order,
-                "pilot_order": None if pilot.fit is None else pilot.fit.order,
-                "predicted_steps_per_layer": predicted,
-                "steps_per_layer": k,
-                "measured_error": float(check.errors[0]),
-                "meets_tolerance": met,
-                "evaluations": int(check.evaluations[0]),
-                "seconds": float(check.seconds[0]),
-                "largest_stable_step": tau_star,
-                "step": step,
-                "stable": step <= tau_star,
-            }
-        )
-    feasible = [c for c in candidates if c["meets_tolerance"]]
-    if not feasible:
-        raise RuntimeError(
-            f"plan: no candidate met tolerance={config.tolerance} within "
-            f"{config.max_refinements} refinements; loosen it or add higher-order methods."
-        )
-    best = min(feasible, key=lambda c: (c["evaluations"], c["seconds"]))
-    plan = wba.DiscretizationPlan(
-        method=best["method"],
-        steps_per_layer=int(best["steps_per_layer"]),
-        tolerance=config.tolerance,
-        measured_error=best["measured_error"],
-        evaluations=best["evaluations"],
-        largest_stable_step=best["largest_stable_step"],
-        step=best["step"],
-        stable=bool(best["stable"]),
-        candidates=tuple(candidates),
-        model={
-            "d": config.d,
-            "n": config.n,
-            "num_layers": config.num_layers,
-            "num_heads": config.num_heads,
-            "dim_feedforward": config.dim_feedforward,
-            "equation": config.equation,
-            "weights": "random",
-            "seed": config.seed,
-            "error": "max-abs at T against Dopri8 "
-            f"({config.reference_steps_per_layer} steps per layer)",
-        },
+        norm_first = config.equation == "pre-norm"
+        equation = wb.architectures.encoder_from_torch(
+            sd, num_heads=config.num_heads, norm_first=norm_first, activation="gelu"
+        ).equation
+        ref = wba.reference_solution(equation, u0, steps_per_layer=config.reference_steps_per_layer)
+        eigs = _spectra(equation, u0, config)
+        decaying = eigs[eigs.real < -1e-9 * max(1.0, float(np.max(np.abs(eigs))))]
+        candidates = [
+            _candidate(config, equation, u0, ref, name, decaying)
+            for name in progress(config.methods, desc="plan candidates")
+        ]
+    best = _best(candidates)
+    plan = None
+    if best is not None:
+        plan = wba.DiscretizationPlan(
+            method=best.method,
+            steps_per_layer=int(best.steps_per_layer),
+            tolerance=config.tolerance,
+            measured_error=best.measured_error,
+            evaluations=best.evaluations,
+            largest_stable_step=best.largest_stable_step,
+            step=best.step,
+            stable=bool(best.stable),
+            candidates=tuple(dataclasses.asdict(c) for c in candidates),
+            model={
+                "d": config.d,
+                "n": config.n,
+                "num_layers": config.num_layers,
+                "num_heads": config.num_heads,
+                "dim_feedforward": config.dim_feedforward,
+                "equation": config.equation,
+                "weights": "random",
+                "seed": config.seed,
+                "error": "max-abs at T against Dopri8 "
+                f"({config.reference_steps_per_layer} steps per layer)",
+            },
+        ).to_dict()
+    spectrum = Spectrum(
+        int(eigs.size),
+        int(decaying.size),
+        float(np.max(eigs.real)),
+        float(np.max(np.abs(eigs))),
     )
-    plan.save(out / "plan.json")
-    if wb.report.have_matplotlib():
-        _plot(candidates, best, config, out)
     elapsed = time.perf_counter() - start
-    return {
-        "plan": plan.to_dict(),
-        "spectrum": {
-            "num_eigenvalues": int(eigs.size),
-            "num_decaying": int(decaying.size),
-            "max_real": float(np.max(eigs.real)),
-            "max_modulus": float(np.max(np.abs(eigs))),
-        },
-        "reference_error_estimate": ref.error_estimate,
-        "seconds": elapsed,
-        "report": _report(candidates, best, config, out, elapsed),
-    }
+    return Results(config, candidates, plan, spectrum, ref.error_estimate, elapsed)
 
 
-def _plot(candidates, best, config: Config, out: pathlib.Path) -> None:
-    import matplotlib
+def artifacts(results: Results) -> dict:
+    """`{"plan.json": the plan}` (what `DiscretizationPlan.save` writes; training reads it with
+    `DiscretizationPlan.load`); nothing when no candidate met the tolerance."""
+    return {} if results.plan is None else {"plan.json": results.plan}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for c in candidates:
-        if c["evaluations"] is None:
+# --------------------------------------------------------------------------------------------
+# Verdict, report, figures
+# --------------------------------------------------------------------------------------------
+
+
+def verdict(results: Results) -> str:
+    c, best = results.config, _best(results.candidates)
+    tried = len(results.candidates)
+    if best is None:
+        over = sum(x.over_cap for x in results.candidates)
+        return (
+            f"No. None of the {tried} candidates met tolerance {c.tolerance:g} within "
+            f"{c.max_refinements} refinements and {c.max_steps_per_layer} steps per layer "
+            f"({over} predicted over the cap)."
+        )
+    feasible = sum(x.meets_tolerance for x in results.candidates)
+    plan = (
+        f"{best.method} with {best.steps_per_layer} steps per layer meets tolerance "
+        f"{c.tolerance:g} (measured {best.measured_error:.2e}) with {best.evaluations} "
+        f"evaluations, the fewest of the {feasible} of {tried} candidates that meet it"
+    )
+    if best.stable:
+        return (
+            f"Yes. {plan}; its step {best.step:.3g} is inside the predicted largest stable step "
+            f"{best.largest_stable_step:.3g}."
+        )
+    return (
+        f"Partly. {plan}, but its step {best.step:.3g} exceeds the predicted largest stable step "
+        f"{best.largest_stable_step:.3g} (linear stability limit)."
+    )
+
+
+def report(results: Results) -> str:
+    c, best = results.config, _best(results.candidates)
+    s = results.spectrum
+    lines = [
+        f"Tolerance {c.tolerance:g} (max-abs at T), {c.equation}, {c.num_layers} layers, "
+        f"d = {c.d}, n = {c.n}; reference Richardson error {results.reference_error_estimate:.1e}"
+        f"; Jacobian spectra: {s.num_eigenvalues} eigenvalues, {s.num_decaying} decaying, "
+        f"max Re λ {s.max_real:.3g}, max |λ| {s.max_modulus:.3g}.",
+        "",
+    ]
+    if best is not None:
+        lines += [
+            f"**Plan: `{best.method}` with {best.steps_per_layer} steps per layer** (error "
+            f"{best.measured_error:.2e}, {best.evaluations} evaluations; step {best.step:.3g}, "
+            f"predicted largest stable step {best.largest_stable_step:.3g}); written to "
+            "`plan.json`.",
+            "",
+        ]
+    rows = []
+    for x in results.candidates:
+        steps = f"{x.predicted_steps_per_layer} predicted (over the cap; not run)"
+        rows.append(
+            (
+                x.method, "no fit" if x.pilot_order is None else f"{x.pilot_order:.2f}",
+                steps if x.over_cap else x.steps_per_layer,
+                x.measured_error, "yes" if x.meets_tolerance else "no", x.evaluations,
+                None if x.seconds is None else 1e3 * x.seconds, x.largest_stable_step,
+                None if x.stable is None else "yes" if x.stable else "no",
+            )
+        )  # fmt: skip
+    headers = "method|pilot order|steps/layer|error|meets|evaluations|time (ms)|τ*|stable"
+    lines += [markdown_table(headers.split("|"), rows), "", f"Total {results.seconds:.1f} s."]
+    return "\n".join(lines)
+
+
+def figures(results: Results) -> dict:
+    c, best = results.config, _best(results.candidates)
+    fig, ax = new_figure(figsize=(8, 5))
+    for x in results.candidates:
+        if x.evaluations is None:
             continue
-        marker = "*" if c is best else "o"
-        ax.loglog(c["evaluations"], c["measured_error"], marker, ms=12 if c is best else 7)
+        chosen = best is not None and x.method == best.method
+        ax.loglog(x.evaluations, x.measured_error, "*" if chosen else "o", ms=12 if chosen else 7)
         ax.annotate(
-            f"{c['method']} (k = {c['steps_per_layer']})",
-            (c["evaluations"], c["measured_error"]),
+            f"{x.method} (k = {x.steps_per_layer})",
+            (x.evaluations, x.measured_error),
             textcoords="offset points",
             xytext=(5, 4),
             fontsize=8,
         )
-    ax.axhline(config.tolerance, color="k", ls="--", lw=1, label=f"tolerance {config.tolerance:g}")
+    ax.axhline(c.tolerance, color="k", ls="--", lw=1, label=f"tolerance {c.tolerance:g}")
+    name = "none" if best is None else best.method
     ax.set(
         xlabel="vector-field evaluations per solve",
         ylabel="measured max-abs error at T",
-        title=f"Discretization plan ({config.equation}): cheapest meeting the tolerance = {best['method']}",
+        title=f"Discretization plan ({c.equation}): cheapest meeting the tolerance = {name}",
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    wb.report.save_figure(fig, out / "plan.png")
-    plt.close(fig)
-
-
-def _report(candidates, best, config: Config, out: pathlib.Path, elapsed: float) -> str:
-    lines = [
-        f"Tolerance {config.tolerance:g} (max-abs at T), {config.equation}, {config.num_layers} "
-        f"layers, d = {config.d}, n = {config.n}.",
-        "",
-        f"**Plan: `{best['method']}` with {best['steps_per_layer']} steps per layer** "
-        f"(error {best['measured_error']:.2e}, {best['evaluations']} evaluations; step "
-        f"{best['step']:.3g}, predicted largest stable step {best['largest_stable_step']:.3g}: "
-        f"{'stable' if best['stable'] else 'BEYOND the linear stability limit'}). "
-        f"Written to `{out / 'plan.json'}`.",
-        "",
-        "| method | pilot order | steps/layer | error | meets | evaluations | time (ms) | τ* | stable |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for c in candidates:
-        p = "—" if c["pilot_order"] is None else f"{c['pilot_order']:.2f}"
-        if c["evaluations"] is None:
-            lines.append(
-                f"| {c['method']} | {p} | {c['predicted_steps_per_layer']} predicted (over "
-                "the cap; not run) | — | no | — | — | "
-                f"{c['largest_stable_step']:.3g} | — |"
-            )
-            continue
-        lines.append(
-            f"| {c['method']} | {p} | {c['steps_per_layer']} | {c['measured_error']:.2e} | "
-            f"{'yes' if c['meets_tolerance'] else 'no'} | {c['evaluations']} | "
-            f"{1e3 * c['seconds']:.2f} | {c['largest_stable_step']:.3g} | "
-            f"{'yes' if c['stable'] else 'no'} |"
-        )
-    lines.append("")
-    lines.append(f"Total {elapsed:.1f} s.")
-    return "\n".join(lines)
+    return {"plan": fig}

@@ -1,31 +1,35 @@
 """Does the repulsive flow (V = −I) find the minimum-energy configurations on the sphere?
 
 With V = −I the interaction energy E_β(X) = (1/(2βn²)) Σ_i Σ_j exp(β⟨x_i, x_j⟩) decreases along
-SA (MATH.md §2): the particles spread out. For small n on S^1 and S^2 and a few β, this study runs
-the repulsive SA flow (`SA(beta, repulsive=True)`) to convergence from many uniform random starts
-and compares the final energies with (a) an independent numerical optimizer — SciPy's L-BFGS-B on
-E_β of the row-normalized points, from many random starts, best value — and (b) the known optima:
-the regular n-gon on S^1 (universally optimal), the regular simplex when n ≤ d + 1 (inner products
-−1/(n−1); optimal for every convex increasing function of the inner products by Jensen), and the
-cross-polytope when n = 2d (the octahedron for n = 6 on S^2; universally optimal, Cohn–Kumar).
+SA (docs/particles.md): the particles spread out. For small n on S^1 and S^2 and a few β, this
+study runs the repulsive SA flow (`SA(beta, repulsive=True)`) to convergence from many uniform
+random starts and compares the final energies with (a) an independent numerical optimizer —
+SciPy's L-BFGS-B on E_β of the row-normalized points (gradient by `jax.grad` of
+`wb.particles.interaction_energy`), from many random starts, best value — and (b) the known
+optima: the regular n-gon on S^1 (universally optimal), the regular simplex when n ≤ d + 1
+(inner products −1/(n−1); optimal for every convex increasing function of the inner products by
+Jensen), and the cross-polytope when n = 2d (the octahedron for n = 6 on S^2; universally
+optimal, Cohn–Kumar).
 
 Relative gaps are reported on the *interaction part* E_β − e^β/(2βn) (the n self-terms removed),
-which is stricter than the relative gap of E_β itself. Needs SciPy (in the `test` extra).
+which is stricter than the relative gap of E_β itself. Needs SciPy (the `studies` extra).
 
-Outputs: `gaps.png` (relative gaps per case), `inner_products.png` (the distinct inner products of
-the final configurations against the known optima), `energy_decay.png` (E(t) − min E along the
-flow, monotone decrease).
+Figures: `gaps` (relative gaps per case), `inner_products` (the distinct inner products of the
+final configurations against the known optima), `energy_decay` (E(t) − min E along the flow).
 """
+
+from __future__ import annotations
 
 import dataclasses
 import functools
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import workbench as wb
+from studies._config import check, check_nonempty, check_positive, steps_in
+from studies._report import markdown_table, new_figure, progress
 
 NAME = "repulsion"
 SUMMARY = "V = −I: the repulsive flow's final energies vs an optimizer and the known optima."
@@ -50,11 +54,70 @@ class Config:
     """Converged when max_i ‖ẋ_i‖ < speed_tol for every start."""
     same_tol: float = 1e-9
     """A start "reaches the best" when its relative gap to the best energy is below this."""
+    gap_tol: float = 1e-6
+    """The verdict's tolerance on the relative gaps between flow, optimizer and known optimum."""
     seed: int = 0
+
+    def __post_init__(self):
+        check_nonempty(self, "dims", "ns", "betas")
+        check(self, "dims", all(d >= 2 for d in self.dims), "every d must be >= 2")
+        check(self, "ns", all(n >= 2 for n in self.ns), "every n must be >= 2")
+        check_positive(
+            self, "betas", "num_starts", "optimizer_starts", "dt", "chunk_time", "max_time"
+        )
+        check_positive(self, "speed_tol", "same_tol", "gap_tol")
+        check(
+            self,
+            "chunk_time",
+            steps_in(self.chunk_time, self.dt) is not None,
+            f"it must be a whole multiple of dt={self.dt!r}",
+        )
+        check(self, "max_time", self.max_time >= self.chunk_time, "it must be >= chunk_time")
 
 
 def smoke_config() -> Config:
     return Config(ns=(4, 6), betas=(1.0,), num_starts=8, optimizer_starts=8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One (n, d, β): final energies, gaps and the flow's history."""
+
+    n: int
+    d: int
+    beta: float
+    known: str | None
+    """Name of the known optimum, if there is one for (n, d)."""
+    energy_known: float | None
+    energy_flow: float
+    """The best start's interaction energy E_int = E_β − e^β/(2βn)."""
+    energy_optimizer: float
+    gap_flow_vs_optimizer: float
+    gap_flow_vs_known: float | None
+    gap_optimizer_vs_known: float | None
+    gram_distance_to_known: float | None
+    """Max difference of the sorted inner products of the flow's best configuration and the
+    known optimum."""
+    flow_fraction_at_best: float
+    optimizer_fraction_at_best: float
+    flow_time: float
+    flow_max_speed: float
+    flow_converged: bool
+    flow_max_relative_energy_increase: float
+    """Largest relative increase of E_β between consecutive checks (rounding only, for a descent)."""
+    flow_worst_gap: float
+    times: np.ndarray
+    energy_history: np.ndarray
+    """E_β at `times`, shape (len(times), num_starts)."""
+    inner_products_flow: np.ndarray
+    inner_products_optimizer: np.ndarray
+    inner_products_known: np.ndarray | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    cases: tuple[Case, ...]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,35 +146,37 @@ def known_optimum(n: int, d: int) -> tuple[str, np.ndarray] | None:
     return None
 
 
-def _energy_and_grad(flat: np.ndarray, n: int, d: int, beta: float):
-    """Interaction energy of the normalized rows of X and its gradient in X (NumPy)."""
-    x = flat.reshape(n, d)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    y = x / norms
-    w = np.exp(beta * (y @ y.T))
-    np.fill_diagonal(w, 0.0)
-    e = w.sum() / (2.0 * beta * n * n)
-    gy = (w @ y) / (n * n)  # ∂E/∂y_i = (1/n²) Σ_{j≠i} exp(β⟨y_i, y_j⟩) y_j
-    gx = (gy - np.sum(gy * y, axis=1, keepdims=True) * y) / norms
-    return e, gx.ravel()
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _energy_and_grad(flat, beta, n: int, d: int):
+    """E_β of the normalized rows of X and its gradient in X (for SciPy; float64)."""
+
+    def energy(flat):
+        x = flat.reshape(n, d)
+        return wb.particles.interaction_energy(x / jnp.linalg.norm(x, axis=1, keepdims=True), beta)
+
+    return jax.value_and_grad(energy)(flat)
 
 
 def _optimize(n: int, d: int, beta: float, starts: int, rng) -> tuple[np.ndarray, np.ndarray]:
     """Best-of-`starts` L-BFGS-B minimization: energies per start and the best Gram matrix."""
     try:
         from scipy.optimize import minimize
-    except ImportError as e:  # pragma: no cover - scipy is in the test extra
+    except ImportError as e:  # pragma: no cover - scipy is in the studies extra
         raise ImportError(
             f"The {NAME} study compares with scipy.optimize.minimize; install SciPy "
-            "(`pip install 'workbench[test]'`)."
+            "(`pip install 'workbench[studies]'`)."
         ) from e
+
+    def fun(flat):
+        e, g = _energy_and_grad(jnp.asarray(flat), jnp.asarray(beta), n, d)
+        return float(e), np.asarray(g, dtype=np.float64)
+
     energies, best, best_e = [], None, np.inf
     for _ in range(starts):
         x0 = rng.standard_normal((n, d))
         res = minimize(
-            _energy_and_grad,
+            fun,
             x0.ravel(),
-            args=(n, d, beta),
             jac=True,
             method="L-BFGS-B",
             options={"maxiter": 20000, "gtol": 1e-12, "ftol": 1e-15},
@@ -145,22 +210,11 @@ def _chunk(beta, xs, *, dt, num_steps):
     return jax.vmap(one)(xs)
 
 
-def _uniform_starts(rng, num: int, n: int, d: int) -> np.ndarray:
-    """`num` configurations of `n` i.i.d. uniform points on S^{d−1} (NumPy: no compile per shape)."""
-    g = rng.standard_normal((num, n, d))
-    return g / np.linalg.norm(g, axis=-1, keepdims=True)
-
-
-def _energy(x: np.ndarray, beta: float) -> float:
-    n = x.shape[0]
-    return float(np.sum(np.exp(beta * (x @ x.T))) / (2.0 * beta * n * n))
-
-
 def _run_flow(config: Config, n: int, d: int, beta: float, rng, chunk) -> dict:
-    x_np = _uniform_starts(rng, config.num_starts, n, d)
-    e0 = np.array([_energy(x, beta) for x in x_np])
-    xs = jnp.asarray(x_np)
-    energies, times, t = [e0], [0.0], 0.0
+    x0 = wb.particles.uniform_sphere(rng, config.num_starts, n, d)
+    xs = jnp.asarray(x0)
+    e0 = jax.vmap(wb.particles.interaction_energy, in_axes=(0, None))(xs, beta)
+    energies, times, t = [np.asarray(e0)], [0.0], 0.0
     speed = np.inf
     while t < config.max_time:
         xs, s, e = chunk(jnp.asarray(beta, jnp.float64), xs)
@@ -171,13 +225,11 @@ def _run_flow(config: Config, n: int, d: int, beta: float, rng, chunk) -> dict:
         if np.max(speed) < config.speed_tol:
             break
     energies = np.asarray(energies)  # (chunks + 1, starts), full E_β
-    # Largest relative increase of E_β between consecutive checks (should be rounding only).
     incr = np.max(np.diff(energies, axis=0) / np.abs(energies[:-1])) if len(times) > 1 else 0.0
     x_np = np.asarray(xs)
     grams = np.einsum("sid,sjd->sij", x_np, x_np)
-    inter = np.array([interaction_part(g, beta) for g in grams])
     return {
-        "interaction": inter,
+        "interaction": np.array([interaction_part(g, beta) for g in grams]),
         "grams": grams,
         "energy_history": energies,
         "times": np.asarray(times),
@@ -196,98 +248,114 @@ def _sorted_offdiag(g: np.ndarray) -> np.ndarray:
     return np.sort(g[~np.eye(g.shape[0], dtype=bool)])
 
 
-def _check(config: Config) -> None:
-    if not jax.config.jax_enable_x64:
-        raise ValueError(
-            f"{NAME} runs in float64 but jax_enable_x64 is off; run it with `workbench run {NAME}` "
-            "or call jax.config.update('jax_enable_x64', True) first."
-        )
-    if any(d < 2 for d in config.dims) or any(n < 2 for n in config.ns):
-        raise ValueError(f"dims={config.dims} and ns={config.ns} must be >= 2.")
-    if any(not b > 0 for b in config.betas):
-        raise ValueError(f"betas={config.betas} must be > 0 (E_β has the factor 1/β).")
-    steps = round(config.chunk_time / config.dt)
-    if steps < 1 or abs(steps * config.dt - config.chunk_time) > 1e-9 * config.chunk_time:
-        raise ValueError(
-            f"chunk_time={config.chunk_time!r} must be a multiple of dt={config.dt!r}."
-        )
+def _case(config: Config, n: int, d: int, beta: float, flow_rng, opt_rng, chunk) -> Case:
+    flow = _run_flow(config, n, d, beta, flow_rng, chunk)
+    opt_e, opt_g = _optimize(n, d, beta, config.optimizer_starts, opt_rng)
+    known = known_optimum(n, d)
+    best = int(np.argmin(flow["interaction"]))
+    e_flow, e_opt = float(flow["interaction"][best]), float(opt_e.min())
+    e_ref = min(e_flow, e_opt)
+    ek = None if known is None else interaction_part(known[1], beta)
+    flow_ips = _sorted_offdiag(flow["grams"][best])
+    return Case(
+        n=n,
+        d=d,
+        beta=beta,
+        known=None if known is None else known[0],
+        energy_known=ek,
+        energy_flow=e_flow,
+        energy_optimizer=e_opt,
+        gap_flow_vs_optimizer=(e_flow - e_opt) / e_opt,
+        gap_flow_vs_known=None if ek is None else (e_flow - ek) / ek,
+        gap_optimizer_vs_known=None if ek is None else (e_opt - ek) / ek,
+        gram_distance_to_known=(
+            None if known is None else float(np.max(np.abs(flow_ips - _sorted_offdiag(known[1]))))
+        ),
+        flow_fraction_at_best=float(
+            np.mean([_rel(e, e_ref) < config.same_tol for e in flow["interaction"]])
+        ),
+        optimizer_fraction_at_best=float(
+            np.mean([_rel(e, e_ref) < config.same_tol for e in opt_e])
+        ),
+        flow_time=flow["time"],
+        flow_max_speed=flow["max_speed"],
+        flow_converged=flow["converged"],
+        flow_max_relative_energy_increase=flow["max_relative_energy_increase"],
+        flow_worst_gap=float((np.max(flow["interaction"]) - e_ref) / e_ref),
+        times=flow["times"],
+        energy_history=flow["energy_history"],
+        inner_products_flow=flow_ips,
+        inner_products_optimizer=_sorted_offdiag(opt_g),
+        inner_products_known=None if known is None else _sorted_offdiag(known[1]),
+    )
 
 
-def main(config: Config, out: pathlib.Path) -> dict:
-    _check(config)
-    steps = round(config.chunk_time / config.dt)
+def compute(config: Config) -> Results:
+    """Run the flow and the optimizer for every (d, n, β) of `config` (float64)."""
+    steps = steps_in(config.chunk_time, config.dt)
     chunk = jax.jit(functools.partial(_chunk, dt=config.dt, num_steps=steps))
     # Separate streams for the flow's and the optimizer's starts.
     flow_rng, opt_rng = (
         np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)
     )
     cases = [(n, d, b) for d in config.dims for n in config.ns for b in config.betas]
-    rows, histories, spectra = [], {}, {}
-    for n, d, beta in wb.report.progress(cases, desc=NAME):
-        flow = _run_flow(config, n, d, beta, flow_rng, chunk)
-        opt_e, opt_g = _optimize(n, d, beta, config.optimizer_starts, opt_rng)
-        known = known_optimum(n, d)
-        best = int(np.argmin(flow["interaction"]))
-        e_flow, e_opt = float(flow["interaction"][best]), float(opt_e.min())
-        e_ref = min(e_flow, e_opt)
-        row = {
-            "n": n,
-            "d": d,
-            "beta": beta,
-            "known": None if known is None else known[0],
-            "energy_known": None if known is None else interaction_part(known[1], beta),
-            "energy_flow": e_flow,
-            "energy_optimizer": e_opt,
-            "gap_flow_vs_optimizer": (e_flow - e_opt) / e_opt,
-            "gap_flow_vs_known": None,
-            "gap_optimizer_vs_known": None,
-            "gram_distance_to_known": None,
-            "flow_fraction_at_best": float(
-                np.mean([_rel(e, e_ref) < config.same_tol for e in flow["interaction"]])
-            ),
-            "optimizer_fraction_at_best": float(
-                np.mean([_rel(e, e_ref) < config.same_tol for e in opt_e])
-            ),
-            "flow_time": flow["time"],
-            "flow_max_speed": flow["max_speed"],
-            "flow_converged": flow["converged"],
-            "flow_max_relative_energy_increase": flow["max_relative_energy_increase"],
-            "flow_worst_gap": float((np.max(flow["interaction"]) - e_ref) / e_ref),
-        }
-        if known is not None:
-            ek = row["energy_known"]
-            row["gap_flow_vs_known"] = (e_flow - ek) / ek
-            row["gap_optimizer_vs_known"] = (e_opt - ek) / ek
-            row["gram_distance_to_known"] = float(
-                np.max(np.abs(_sorted_offdiag(flow["grams"][best]) - _sorted_offdiag(known[1])))
-            )
-        rows.append(row)
-        histories[(n, d, beta)] = (flow["times"], flow["energy_history"])
-        spectra[(n, d, beta)] = (
-            _sorted_offdiag(flow["grams"][best]),
-            _sorted_offdiag(opt_g),
-            None if known is None else _sorted_offdiag(known[1]),
+    with jax.enable_x64(True):
+        done = tuple(
+            _case(config, n, d, beta, flow_rng, opt_rng, chunk)
+            for n, d, beta in progress(cases, desc=NAME)
         )
-
-    if wb.report.have_matplotlib():
-        _plot_gaps(rows, out / "gaps.png")
-        _plot_inner_products(config, spectra, out / "inner_products.png")
-        _plot_energy(config, histories, out / "energy_decay.png")
-
-    report = _report(config, rows)
-    return {"rows": rows, "report": report}
+    return Results(config=config, cases=done)
 
 
 # ----------------------------------------------------------------------------------------------
-# report and plots
+# verdict and report
+
+
+def _worst(values) -> float:
+    values = [abs(v) for v in values if v is not None]
+    return max(values) if values else 0.0
+
+
+def verdict(results: Results) -> str:
+    """Yes if, in every case, the flow's best energy is within `gap_tol` (relative) of the
+    optimizer's and of the known optimum, and E_β never rose along the flow beyond rounding."""
+    c, cases = results.config, results.cases
+    vs_opt = _worst(r.gap_flow_vs_optimizer for r in cases)
+    vs_known = _worst(r.gap_flow_vs_known for r in cases)
+    rise = max(r.flow_max_relative_energy_increase for r in cases)
+    missed = [
+        r
+        for r in cases
+        if max(abs(r.gap_flow_vs_optimizer), abs(r.gap_flow_vs_known or 0)) > c.gap_tol
+    ]
+    unconverged = sum(not r.flow_converged for r in cases)
+    numbers = (
+        f"worst relative gap of the flow's best energy to the optimizer {vs_opt:.1e} and to the "
+        f"known optima {vs_known:.1e} (tolerance {c.gap_tol:g}) over {len(cases)} cases; largest "
+        f"relative rise of E_β along the flow {rise:.1e}"
+    )
+    if rise > 1e-12:
+        return f"No. E_β rose along the repulsive flow, which must be a descent: {numbers}."
+    if missed:
+        where = ", ".join(f"(d = {r.d}, n = {r.n}, β = {r.beta:g})" for r in missed)
+        word = "No" if len(missed) == len(cases) else "Partly"
+        return f"{word}. The flow misses the minimum energy in {where}: {numbers}."
+    tail = (
+        f" {unconverged} case(s) did not reach the speed tolerance {c.speed_tol:g} by t = "
+        f"{c.max_time:g}, but their best start is already at the minimum."
+        if unconverged
+        else ""
+    )
+    return f"Yes. The repulsive flow reaches the minimum-energy configurations: {numbers}.{tail}"
 
 
 def _fmt(x, spec=".2e") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def _report(config: Config, rows) -> str:
-    table = wb.report.markdown_table(
+def report(results: Results) -> str:
+    config, cases = results.config, results.cases
+    table = markdown_table(
         [
             "d",
             "n",
@@ -305,32 +373,23 @@ def _report(config: Config, rows) -> str:
         ],
         [
             [
-                r["d"],
-                r["n"],
-                r["beta"],
-                r["known"] or "—",
-                f"{r['energy_flow']:.10g}",
-                f"{r['gap_flow_vs_optimizer']:+.1e}",
-                _fmt(r["gap_flow_vs_known"], "+.1e"),
-                _fmt(r["gap_optimizer_vs_known"], "+.1e"),
-                _fmt(r["gram_distance_to_known"], ".1e"),
-                f"{r['flow_fraction_at_best']:.0%}",
-                f"{r['optimizer_fraction_at_best']:.0%}",
-                f"{r['flow_time']:g}",
-                f"{r['flow_max_speed']:.0e}",
+                r.d,
+                r.n,
+                r.beta,
+                r.known or "—",
+                f"{r.energy_flow:.10g}",
+                f"{r.gap_flow_vs_optimizer:+.1e}",
+                _fmt(r.gap_flow_vs_known, "+.1e"),
+                _fmt(r.gap_optimizer_vs_known, "+.1e"),
+                _fmt(r.gram_distance_to_known, ".1e"),
+                f"{r.flow_fraction_at_best:.0%}",
+                f"{r.optimizer_fraction_at_best:.0%}",
+                f"{r.flow_time:g}",
+                f"{r.flow_max_speed:.0e}",
             ]
-            for r in rows
+            for r in cases
         ],
     )
-    gaps = [abs(r["gap_flow_vs_optimizer"]) for r in rows]
-    known_gaps = [abs(r["gap_flow_vs_known"]) for r in rows if r["gap_flow_vs_known"] is not None]
-    opt_known = [
-        abs(r["gap_optimizer_vs_known"]) for r in rows if r["gap_optimizer_vs_known"] is not None
-    ]
-    incr = max(r["flow_max_relative_energy_increase"] for r in rows)
-    unconverged = [r for r in rows if not r["flow_converged"]]
-    # Starts that end above the best energy although the flow has converged: other critical points.
-    local = [r for r in rows if r["flow_fraction_at_best"] < 1 and r["flow_converged"]]
     lines = [
         f"Repulsive SA (V = −I, Q = K = I), projected RK4 with dt = {config.dt}, run in chunks of "
         f"{config.chunk_time:g} until max_i ‖ẋ_i‖ < {config.speed_tol:g} for all "
@@ -343,77 +402,86 @@ def _report(config: Config, rows) -> str:
         "",
         table,
         "",
-        f"**Answer.** Yes. Over all {len(rows)} cases the flow's best energy matches the "
-        f"optimizer's to a relative {max(gaps):.1e} at worst"
-        + (
-            f", and the known optimum to {max(known_gaps):.1e} (optimizer vs known: "
-            f"{max(opt_known):.1e}); the final configurations are the n-gon / simplex / "
-            "cross-polytope up to rotation (Gram distance in the table)."
-            if known_gaps
-            else "."
-        ),
-        f"The energy E_β never increased along the flow by more than {incr:.1e} (relative) between "
-        "checks: the repulsive flow is a descent, as MATH.md §2 states.",
+        f"Largest relative increase of E_β between checks along the flow: "
+        f"{max(r.flow_max_relative_energy_increase for r in cases):.1e}.",
     ]
+    local = [r for r in cases if r.flow_fraction_at_best < 1 and r.flow_converged]
     if local:
         desc = ", ".join(
-            f"(d = {r['d']}, n = {r['n']}, β = {r['beta']:g}): {r['flow_fraction_at_best']:.0%}"
-            for r in local
+            f"(d = {r.d}, n = {r.n}, β = {r.beta:g}): {r.flow_fraction_at_best:.0%}" for r in local
         )
         lines.append(
             f"Converged, but not every start reaches the best configuration — fraction that does: "
-            f"{desc}; the others stop at other critical points (local minima or saddles); the best "
-            "of many starts is what matches."
+            f"{desc}; the others stop at other critical points (local minima or saddles)."
         )
+    unconverged = [r for r in cases if not r.flow_converged]
     if unconverged:
         desc = ", ".join(
-            f"(d = {r['d']}, n = {r['n']}, β = {r['beta']:g}: max speed {r['flow_max_speed']:.0e}, "
-            f"{r['flow_fraction_at_best']:.0%} of the starts within {config.same_tol:g} of the best, "
-            f"worst start {r['flow_worst_gap']:.1e} above it)"
+            f"(d = {r.d}, n = {r.n}, β = {r.beta:g}: max speed {r.flow_max_speed:.0e}, "
+            f"{r.flow_fraction_at_best:.0%} of the starts within {config.same_tol:g} of the best, "
+            f"worst start {r.flow_worst_gap:.1e} above it)"
             for r in unconverged
         )
         lines.append(
-            f"Not converged to the speed tolerance by t = {config.max_time:g}: {desc}. The energy "
-            "landscape is nearly flat there: the starts linger slightly above the best energy "
-            "(near a saddle or along a soft direction, see `energy_decay.png`) for thousands of "
-            "time units before descending; longer runs (max_time) let more of them arrive."
+            f"Not converged to the speed tolerance by t = {config.max_time:g}: {desc}. See "
+            "`energy_decay.png`: starts can linger slightly above the best energy (near a saddle "
+            "or along a soft direction) for thousands of time units before descending."
         )
     return "\n".join(lines) + "\n"
 
 
-def _label(r) -> str:
-    return f"d={r['d']} n={r['n']} β={r['beta']:g}"
+# ----------------------------------------------------------------------------------------------
+# figures
 
 
-def _plot_gaps(rows, path):
-    fig, ax = wb.report.new_figure(figsize=(max(6.0, 0.35 * len(rows) + 2), 4.4))
-    x = np.arange(len(rows))
+def figures(results: Results) -> dict:
+    return {
+        "gaps": _plot_gaps(results.cases),
+        "inner_products": _plot_inner_products(results),
+        "energy_decay": _plot_energy(results),
+    }
+
+
+def _label(r: Case) -> str:
+    return f"d={r.d} n={r.n} β={r.beta:g}"
+
+
+def _plot_gaps(cases):
+    fig, ax = new_figure(figsize=(max(6.0, 0.35 * len(cases) + 2), 4.4))
+    x = np.arange(len(cases))
     floor = 1e-17
-    vs_opt = [max(abs(r["gap_flow_vs_optimizer"]), floor) for r in rows]
+    vs_opt = [max(abs(r.gap_flow_vs_optimizer), floor) for r in cases]
     vs_known = [
-        np.nan if r["gap_flow_vs_known"] is None else max(abs(r["gap_flow_vs_known"]), floor)
-        for r in rows
+        np.nan if r.gap_flow_vs_known is None else max(abs(r.gap_flow_vs_known), floor)
+        for r in cases
     ]
     ax.semilogy(x, vs_opt, "o", label="|flow − optimizer| / optimizer")
     ax.semilogy(x, vs_known, "x", ms=8, label="|flow − known optimum| / known")
     ax.axhline(1e-6, color="k", ls="--", lw=1, label="1e-6")
     ax.axhline(np.finfo(float).eps, color="gray", ls=":", lw=1, label="machine ε")
-    ax.set_xticks(x, [_label(r) for r in rows], rotation=90, fontsize=7)
+    ax.set_xticks(x, [_label(r) for r in cases], rotation=90, fontsize=7)
     ax.set_ylabel("relative gap of E_int (floored at 1e-17)")
     ax.set_title("Repulsive flow vs optimizer and known optima")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    wb.report.save_figure(fig, path)
+    return fig
 
 
-def _plot_inner_products(config, spectra, path):
+def _plot_inner_products(results: Results):
+    config = results.config
+    by_case = {(r.n, r.d, r.beta): r for r in results.cases}
     beta = config.betas[-1]
     nd = len(config.dims)
-    fig, axes = wb.report.new_figure(1, nd, figsize=(5.0 * nd, 4.0), squeeze=False, sharey=True)
+    fig, axes = new_figure(1, nd, figsize=(5.0 * nd, 4.0), squeeze=False, sharey=True)
     for k, d in enumerate(config.dims):
         ax = axes[0, k]
         for n in config.ns:
-            flow, opt, known = spectra[(n, d, beta)]
+            r = by_case[(n, d, beta)]
+            flow, opt, known = (
+                r.inner_products_flow,
+                r.inner_products_optimizer,
+                r.inner_products_known,
+            )
             ax.plot(np.full(flow.size, n - 0.12), flow, "o", color="C0", ms=5, mfc="none")
             ax.plot(np.full(opt.size, n), opt, "s", color="C1", ms=4, mfc="none")
             if known is not None:
@@ -428,21 +496,22 @@ def _plot_inner_products(config, spectra, path):
         ax.legend(fontsize=7)
     axes[0, 0].set_ylabel("inner products ⟨x_i, x_j⟩, i ≠ j")
     fig.suptitle("Final configurations: their pairwise inner products")
-    wb.report.save_figure(fig, path)
+    return fig
 
 
-def _plot_energy(config, histories, path):
+def _plot_energy(results: Results):
+    config = results.config
+    by_case = {(r.n, r.d, r.beta): r for r in results.cases}
     nd, nb = len(config.dims), len(config.betas)
-    fig, axes = wb.report.new_figure(
-        nd, nb, figsize=(4.2 * nb, 3.3 * nd), squeeze=False, sharex=True
-    )
+    fig, axes = new_figure(nd, nb, figsize=(4.2 * nb, 3.3 * nd), squeeze=False, sharex=True)
     for k, d in enumerate(config.dims):
         for b, beta in enumerate(config.betas):
             ax = axes[k, b]
             for i, n in enumerate(config.ns):
-                times, e = histories[(n, d, beta)]
+                r = by_case[(n, d, beta)]
+                e = r.energy_history
                 gap = np.median((e - e[-1]) / np.abs(e[-1]), axis=1)  # vs each start's final E
-                ax.semilogy(times, np.maximum(gap, 1e-17), color=f"C{i}", label=f"n = {n}")
+                ax.semilogy(r.times, np.maximum(gap, 1e-17), color=f"C{i}", label=f"n = {n}")
             ax.set_title(f"d = {d}, β = {beta:g}", fontsize=9)
             if k == nd - 1:
                 ax.set_xlabel("time t")
@@ -452,4 +521,4 @@ def _plot_energy(config, histories, path):
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=6)
     fig.suptitle("Energy decay along the repulsive flow")
-    wb.report.save_figure(fig, path)
+    return fig

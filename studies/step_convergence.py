@@ -8,24 +8,41 @@ at `reference_dt` (default 0.00625 / 4). Reported per (integrator, dt): the mean
 error of the averaged statistic over the whole (β, t) grid, the mean per-start disagreement, the
 shift of the 0.5-level curve t_½(β), and the values at a few (β, t) points; then the error of the
 Gram matrix of the particles at a fixed time (max over β and starts), with the observed order
-from a log-log fit (expected 1 for Euler, 4 for RK4). The statistical error of the diagram
-itself (the standard error over starts) is given for scale.
+from `wb.analysis.fit_order` (expected: the integrator's order, 1 for Euler, 4 for RK4). The
+statistical error of the diagram itself (the standard error over starts) is given for scale.
+Integrators are `wb.particles.INTEGRATORS` by name; the reference is always `"rk4"`.
 """
+
+from __future__ import annotations
 
 import dataclasses
 import math
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import workbench as wb
+from studies._config import (
+    check,
+    check_choices,
+    check_multiple,
+    check_nonempty,
+    check_positive,
+    check_range,
+    steps_in,
+)
+from studies._report import markdown_table, new_figure, progress
 
 NAME = "step-convergence"
 SUMMARY = "Phase-diagram statistic and Gram matrices vs dt for Euler vs RK4 projection."
 
-INTEGRATORS = ("euler", "rk4")
+AUTHORS_DT = 0.1
+"""The authors' step (paper B, Fig. 3): the step the question is about."""
+PAPER_STARTS = 1024
+"""Starts per β in the paper's diagram: its statistical error sets the scale for "converged"."""
+ORDER_TOL = 0.3
+"""A fitted Gram-matrix order within this of the integrator's order counts as the expected one."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +56,8 @@ class Config:
     save_every: float = 0.5
     dts: tuple[float, ...] = (0.1, 0.05, 0.025, 0.0125, 0.00625)
     reference_dt: float = 0.0015625
-    integrators: tuple[str, ...] = INTEGRATORS
+    integrators: tuple[str, ...] = ("euler", "rk4")
+    """Names in `wb.particles.INTEGRATORS`; must include "euler" (the authors')."""
     delta: float = 1e-3
     point_betas: tuple[float, ...] = (1.0, 3.0, 5.0, 9.0)
     point_ts: tuple[float, ...] = (6.0, 8.0, 15.0, 30.0)
@@ -49,6 +67,63 @@ class Config:
     order_ts: tuple[float, ...] = (2.0, 30.0)
     """Times at which the Gram-matrix error is measured (the order fit uses the first)."""
     seed: int = 0
+
+    def __post_init__(self):
+        check_range(self, "n", 2)
+        check_range(self, "d", 2)
+        check_nonempty(self, "betas", "dts", "integrators", "order_betas", "order_ts")
+        check_positive(self, "betas", "t_max", "save_every", "dts", "reference_dt")
+        check(self, "dts", len(set(self.dts)) == len(self.dts), "each step at most once")
+        check(
+            self,
+            "dts",
+            any(math.isclose(h, AUTHORS_DT) for h in self.dts),
+            f"must include the authors' dt = {AUTHORS_DT:g} (the question)",
+        )
+        check(
+            self,
+            "reference_dt",
+            self.reference_dt < min(self.dts),
+            f"must be smaller than every step in dts={self.dts!r}",
+        )
+        steps = (*self.dts, self.reference_dt)
+        for field in ("t_max", "save_every", "order_ts"):
+            value = getattr(self, field)
+            values = value if isinstance(value, tuple) else (value,)
+            check(
+                self,
+                field,
+                all(steps_in(v, h) is not None for v in values for h in steps),
+                f"every value must be a positive whole multiple of each step in dts={self.dts!r} "
+                f"and of reference_dt={self.reference_dt!r}",
+            )
+        check_multiple(self, "t_max", of="save_every")
+        check_range(self, "num_starts", 1)
+        check_choices(self, "integrators", wb.particles.INTEGRATORS)
+        check(
+            self,
+            "integrators",
+            len(set(self.integrators)) == len(self.integrators) and "euler" in self.integrators,
+            "each name at most once, and 'euler' (the authors' integrator) among them",
+        )
+        check_range(self, "delta", 0.0, 2.0, low_open=True)
+        check(
+            self,
+            "point_ts",
+            len(self.point_ts) == len(self.point_betas),
+            f"must pair with point_betas={self.point_betas!r} (the same length)",
+        )
+        check(
+            self,
+            "point_betas",
+            all(any(math.isclose(p, b) for b in self.betas) for p in self.point_betas),
+            f"every value must be one of betas={self.betas!r}",
+        )
+        check_multiple(self, "point_ts", of="save_every")
+        check_range(self, "point_ts", 0.0, self.t_max)
+        check_positive(self, "order_betas")
+        check_range(self, "order_starts", 1)
+        check_range(self, "seed", 0)
 
 
 def smoke_config() -> Config:
@@ -60,7 +135,7 @@ def smoke_config() -> Config:
         t_max=8.0,
         save_every=2.0,
         dts=(0.1, 0.05),
-        reference_dt=0.025,
+        reference_dt=0.0125,
         point_betas=(1.0,),
         point_ts=(8.0,),
         order_betas=(4.0,),
@@ -69,41 +144,72 @@ def smoke_config() -> Config:
     )
 
 
-def _integrator(name: str):
-    return {"euler": wb.particles.ProjectedEuler(), "rk4": wb.particles.ProjectedRK4()}[name]
+@dataclasses.dataclass(frozen=True)
+class Point:
+    beta: float
+    t: float
+    value: float
+    reference: float
 
 
-def _check(config: Config) -> None:
-    for name in config.integrators:
-        if name not in INTEGRATORS:
-            raise ValueError(
-                f"integrators: {name!r} is not known; valid: {', '.join(INTEGRATORS)}."
-            )
-    if not jax.config.jax_enable_x64:
-        raise ValueError("the convergence study runs in float64; run via `workbench run`.")
-    if len(config.point_betas) != len(config.point_ts):
-        raise ValueError("point_betas and point_ts must have the same length (they are paired).")
-    for dt in (*config.dts, config.reference_dt):
-        for t in (config.t_max, config.save_every, *config.order_ts, *config.point_ts):
-            if abs(t / dt - round(t / dt)) > 1e-9:
-                raise ValueError(f"time {t} is not a multiple of dt = {dt}.")
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One (integrator, dt) against the reference."""
+
+    integrator: str
+    dt: float
+    mean_abs_error: float
+    """Mean over the (β, t) grid of |F̄ − F̄_ref| (F̄: the start-averaged statistic)."""
+    max_abs_error: float
+    per_start_mean_abs_disagreement: float
+    t_half_mean_abs_shift: float
+    """Mean |t½ − t½_ref| over the β where both reach 0.5 (NaN if none)."""
+    t_half_defined_mismatch: int
+    """β where exactly one of the two reaches 0.5 by t_max."""
+    points: list[Point]
+    gram_max_error: dict[str, float]
+    """Max |G − G_ref| over β, starts and entries, by order time (key f"{t:g}")."""
 
 
-def _half_times(ts, fraction) -> np.ndarray:
-    out = np.full(fraction.shape[0], np.nan)
-    for i, row in enumerate(fraction):
-        above = np.nonzero(row >= 0.5)[0]
-        if above.size:
-            k = int(above[0])
-            if k == 0:
-                out[i] = ts[0]
-            else:
-                f0, f1 = row[k - 1], row[k]
-                out[i] = ts[k - 1] + (0.5 - f0) * (ts[k] - ts[k - 1]) / (f1 - f0)
-    return out
+@dataclasses.dataclass(frozen=True)
+class Order:
+    gram_order_at_t: str
+    expected_order: int
+    observed_order: float
+    """Fitted order of the Gram-matrix error (NaN when no fit)."""
+    order_reduction: bool
+    """`fit_order` flags order reduction (fitted against `expected_order`)."""
+    statistic_order: float
+    """Fitted order of the mean diagram error (NaN when no fit: often exactly 0 errors)."""
 
 
-def _grams(integrator, dt, betas, starts, ts):
+@dataclasses.dataclass(frozen=True)
+class StandardError:
+    max: float
+    mean: float
+    max_at_1024_starts: float
+    mean_at_1024_starts: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    integrator: str
+    dt: float
+    fraction: np.ndarray
+    standard_error_over_starts: StandardError
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    betas: np.ndarray
+    ts: np.ndarray
+    reference: Reference
+    rows: list[Row]
+    orders: dict[str, Order]
+
+
+def _grams(integrator, dt, betas, starts, ts) -> np.ndarray:
     """Gram matrices `(B, S, T, n, n)` from `gram_trajectory`, jit + vmap over β and starts."""
 
     def one(b, x):
@@ -113,124 +219,170 @@ def _grams(integrator, dt, betas, starts, ts):
     return np.asarray(run(jnp.asarray(betas), starts))
 
 
-def _fit_order(dts, errors) -> float | None:
-    dts, errors = np.asarray(dts), np.asarray(errors)
-    ok = errors > 1e-13  # above the float64 floor
-    if ok.sum() < 2:
-        return None
-    return float(np.polyfit(np.log(dts[ok]), np.log(errors[ok]), 1)[0])
-
-
-def main(config: Config, out: pathlib.Path) -> dict:
-    _check(config)
-    betas = np.asarray(config.betas, float)
-    ts = config.save_every * np.arange(round(config.t_max / config.save_every) + 1)
-    key_diagram, key_order = jax.random.split(jax.random.key(config.seed))
-    starts = wb.particles.random_starts(
-        key_diagram, config.num_starts, config.n, config.d, jnp.float64
-    )
-    order_starts = wb.particles.random_starts(
-        key_order, config.order_starts, config.n, config.d, jnp.float64
-    )
-    order_ts = np.asarray(config.order_ts, float)
-
-    def diagram(integrator, dt):
-        return wb.particles.phase_diagram(
-            betas,
-            starts,
-            dt=dt,
-            save_ts=ts,
-            integrator=integrator,
-            delta=config.delta,
-            per_start=True,
+def _fit(dts, errors, expected=None):
+    """`fit_order` on the ladder (two points suffice for a two-step ladder, as in the smoke run),
+    or None when no slope can be fitted (zero errors, no consistent window)."""
+    try:
+        return wb.analysis.fit_order(
+            dts, errors, min_points=min(3, len(dts)), tol=ORDER_TOL, expected=expected
         )
+    except ValueError:
+        return None
 
-    rk4 = wb.particles.ProjectedRK4()
-    ref = diagram(rk4, config.reference_dt)
-    ref_half = _half_times(ts, ref.fraction)
-    ref_grams = _grams(rk4, config.reference_dt, config.order_betas, order_starts, order_ts)
+
+def compute(config: Config) -> Results:
+    c = config
+    betas = np.asarray(c.betas, float)
+    ts = c.save_every * np.arange(round(c.t_max / c.save_every) + 1)
+    order_ts = np.asarray(c.order_ts, float)
+    rk4 = wb.particles.INTEGRATORS["rk4"]
     point_index = [
         (int(np.argmin(np.abs(betas - b))), int(np.argmin(np.abs(ts - t))))
-        for b, t in zip(config.point_betas, config.point_ts)
+        for b, t in zip(c.point_betas, c.point_ts)
     ]
+    with jax.enable_x64(True):
+        key_diagram, key_order = jax.random.split(jax.random.key(c.seed))
+        starts = wb.particles.random_starts(key_diagram, c.num_starts, c.n, c.d, jnp.float64)
+        order_starts = wb.particles.random_starts(key_order, c.order_starts, c.n, c.d, jnp.float64)
 
-    rows = []
-    for name in config.integrators:
-        integrator = _integrator(name)
-        for dt in config.dts:
-            pd = diagram(integrator, dt)
-            err = np.abs(pd.fraction - ref.fraction)
-            half = _half_times(ts, pd.fraction)
-            both = ~np.isnan(half) & ~np.isnan(ref_half)
-            grams = _grams(integrator, dt, config.order_betas, order_starts, order_ts)
-            gram_err = np.abs(grams - ref_grams).max(axis=(0, 1, 3, 4))  # per order time
-            rows.append(
-                {
-                    "integrator": name,
-                    "dt": dt,
-                    "mean_abs_error": float(err.mean()),
-                    "max_abs_error": float(err.max()),
-                    "per_start_mean_abs_disagreement": float(
-                        np.abs(pd.per_start - ref.per_start).mean()
-                    ),
-                    "t_half_mean_abs_shift": float(np.abs(half - ref_half)[both].mean())
-                    if both.any()
-                    else None,
-                    "t_half_defined_mismatch": int((np.isnan(half) != np.isnan(ref_half)).sum()),
-                    "points": [
-                        {
-                            "beta": float(betas[i]),
-                            "t": float(ts[k]),
-                            "value": float(pd.fraction[i, k]),
-                            "reference": float(ref.fraction[i, k]),
-                        }
-                        for i, k in point_index
-                    ],
-                    "gram_max_error": {f"{t:g}": float(e) for t, e in zip(order_ts, gram_err)},
-                }
+        def diagram(integrator, dt):
+            return wb.particles.phase_diagram(
+                betas,
+                starts,
+                dt=dt,
+                save_ts=ts,
+                integrator=integrator,
+                delta=c.delta,
+                per_start=True,
             )
 
+        ref = diagram(rk4, c.reference_dt)
+        ref_half = np.asarray(wb.particles.half_time(ts, ref.fraction), float)
+        ref_grams = _grams(rk4, c.reference_dt, c.order_betas, order_starts, order_ts)
+        runs = [(name, dt) for name in c.integrators for dt in c.dts]
+        rows = []
+        for name, dt in progress(runs, desc="step convergence"):
+            integrator = wb.particles.INTEGRATORS[name]
+            pd = diagram(integrator, dt)
+            err = np.abs(pd.fraction - ref.fraction)
+            half = np.asarray(wb.particles.half_time(ts, pd.fraction), float)
+            both = ~np.isnan(half) & ~np.isnan(ref_half)
+            grams = _grams(integrator, dt, c.order_betas, order_starts, order_ts)
+            gram_err = np.abs(grams - ref_grams).max(axis=(0, 1, 3, 4))  # per order time
+            rows.append(
+                Row(
+                    integrator=name,
+                    dt=float(dt),
+                    mean_abs_error=float(err.mean()),
+                    max_abs_error=float(err.max()),
+                    per_start_mean_abs_disagreement=float(
+                        np.abs(pd.per_start - ref.per_start).mean()
+                    ),
+                    t_half_mean_abs_shift=float(np.abs(half - ref_half)[both].mean())
+                    if both.any()
+                    else math.nan,
+                    t_half_defined_mismatch=int((np.isnan(half) != np.isnan(ref_half)).sum()),
+                    points=[
+                        Point(
+                            float(betas[i]),
+                            float(ts[k]),
+                            float(pd.fraction[i, k]),
+                            float(ref.fraction[i, k]),
+                        )
+                        for i, k in point_index
+                    ],
+                    gram_max_error={f"{t:g}": float(e) for t, e in zip(order_ts, gram_err)},
+                )
+            )
+
+    first = f"{order_ts[0]:g}"
     orders = {}
-    for name in config.integrators:
-        sub = [r for r in rows if r["integrator"] == name]
-        first = f"{order_ts[0]:g}"
-        orders[name] = {
-            "gram_order_at_t": first,
-            "observed_order": _fit_order(
-                [r["dt"] for r in sub], [r["gram_max_error"][first] for r in sub]
-            ),
-            "statistic_order": _fit_order(
-                [r["dt"] for r in sub], [r["mean_abs_error"] for r in sub]
-            ),
-        }
+    for name in c.integrators:
+        sub = [r for r in rows if r.integrator == name]
+        dts = [r.dt for r in sub]
+        expected = int(wb.particles.INTEGRATORS[name].order())
+        gram_fit = _fit(dts, [r.gram_max_error[first] for r in sub], expected)
+        stat_fit = _fit(dts, [r.mean_abs_error for r in sub])
+        orders[name] = Order(
+            gram_order_at_t=first,
+            expected_order=expected,
+            observed_order=math.nan if gram_fit is None else gram_fit.order,
+            order_reduction=bool(gram_fit is not None and gram_fit.order_reduction),
+            statistic_order=math.nan if stat_fit is None else stat_fit.order,
+        )
     # The paper averages over 2^10 starts: its standard error is ours × sqrt(S / 1024).
-    scale = math.sqrt(config.num_starts / 1024)
-    sem = {
-        "max": float(ref.sem.max()),
-        "mean": float(ref.sem.mean()),
-        "max_at_1024_starts": float(ref.sem.max() * scale),
-        "mean_at_1024_starts": float(ref.sem.mean() * scale),
-    }
-    if wb.report.have_matplotlib():
-        _plot(rows, config, out / "step_convergence.png")
-    return {
-        "betas": betas.tolist(),
-        "ts": ts.tolist(),
-        "reference": {
-            "integrator": "rk4",
-            "dt": config.reference_dt,
-            "fraction": np.round(ref.fraction, 6).tolist(),
-            "standard_error_over_starts": sem,
-        },
-        "rows": rows,
-        "orders": orders,
-        "report": _report(rows, orders, sem, config),
-    }
+    scale = math.sqrt(c.num_starts / PAPER_STARTS)
+    sem = StandardError(
+        max=float(ref.sem.max()),
+        mean=float(ref.sem.mean()),
+        max_at_1024_starts=float(ref.sem.max() * scale),
+        mean_at_1024_starts=float(ref.sem.mean() * scale),
+    )
+    reference = Reference("rk4", c.reference_dt, np.asarray(ref.fraction), sem)
+    return Results(c, betas, ts, reference, rows, orders)
 
 
-def _report(rows, orders, sem, config: Config) -> str:
-    first = f"{config.order_ts[0]:g}"
-    table = wb.report.markdown_table(
+def _row(results: Results, name: str, dt: float) -> Row | None:
+    return next((r for r in results.rows if r.integrator == name and math.isclose(r.dt, dt)), None)
+
+
+def _answers(results: Results):
+    """(curve converged, cells converged, orders as expected) for Euler at the authors' dt."""
+    authors = _row(results, "euler", AUTHORS_DT)
+    sem = results.reference.standard_error_over_starts
+    curve_ok = (
+        authors.t_half_mean_abs_shift < results.config.save_every
+        and authors.t_half_defined_mismatch == 0
+    )
+    cells_ok = authors.max_abs_error <= max(sem.max_at_1024_starts, 1e-12)
+    orders_ok = all(
+        abs(o.observed_order - o.expected_order) <= ORDER_TOL and not o.order_reduction
+        for o in results.orders.values()
+    )
+    return authors, curve_ok, cells_ok, orders_ok
+
+
+def verdict(results: Results) -> str:
+    authors, curve_ok, cells_ok, orders_ok = _answers(results)
+    sem = results.reference.standard_error_over_starts
+    c = results.config
+    word = (
+        "Yes"
+        if curve_ok and cells_ok and orders_ok
+        else "No"
+        if not (curve_ok or cells_ok)
+        else "Partly"
+    )
+    orders = ", ".join(
+        f"{name} {o.observed_order:.2f} (expected {o.expected_order}"
+        + (", order reduction flagged" if o.order_reduction else "")
+        + ")"
+        for name, o in results.orders.items()
+    )
+    first = next(iter(results.orders.values())).gram_order_at_t
+    return (
+        f"{word}. At the authors' dt = {AUTHORS_DT:g}, Euler moves the ½-level curve by "
+        f"{authors.t_half_mean_abs_shift:.3g} time units on average ("
+        + ("below" if curve_ok else "not below")
+        + f" the save spacing {c.save_every:g}, with {authors.t_half_defined_mismatch} β reaching "
+        f"½ in only one of the two) and the statistic by at most {authors.max_abs_error:.2e} "
+        f"(mean {authors.mean_abs_error:.2e}), "
+        + ("within" if cells_ok else "above")
+        + f" the {sem.max_at_1024_starts:.2e} statistical error of a {PAPER_STARTS}-start "
+        f"diagram (max s.e.m.; reference RK4 at dt = {c.reference_dt:g}). Gram-matrix orders at "
+        f"t = {first}: {orders}; "
+        + ("all" if orders_ok else "not all")
+        + f" within ±{ORDER_TOL:g} of the expected order. Euler's Gram error at "
+        f"dt = {AUTHORS_DT:g} is {authors.gram_max_error[first]:.1e}."
+    )
+
+
+def report(results: Results) -> str:
+    c = results.config
+    rows = results.rows
+    sem = results.reference.standard_error_over_starts
+    first = f"{c.order_ts[0]:g}"
+    table = markdown_table(
         [
             "integrator",
             "dt",
@@ -238,108 +390,100 @@ def _report(rows, orders, sem, config: Config) -> str:
             "max |ΔF̄|",
             "per-start mean |ΔF|",
             "mean |Δt½|",
-            *[f"|ΔG| t={t:g}" for t in config.order_ts],
+            "t½ defined in one only",
+            *[f"|ΔG| t={t:g}" for t in c.order_ts],
         ],
         [
             [
-                r["integrator"],
-                r["dt"],
-                r["mean_abs_error"],
-                r["max_abs_error"],
-                r["per_start_mean_abs_disagreement"],
-                r["t_half_mean_abs_shift"],
-                *[r["gram_max_error"][f"{t:g}"] for t in config.order_ts],
+                r.integrator,
+                r.dt,
+                r.mean_abs_error,
+                r.max_abs_error,
+                r.per_start_mean_abs_disagreement,
+                r.t_half_mean_abs_shift,
+                r.t_half_defined_mismatch,
+                *[r.gram_max_error[f"{t:g}"] for t in c.order_ts],
             ]
             for r in rows
         ],
         floatfmt=".2e",
     )
-    points = wb.report.markdown_table(
-        ["integrator", "dt", *[f"F̄(β={p['beta']:g}, t={p['t']:g})" for p in rows[0]["points"]]],
-        [[r["integrator"], r["dt"], *[p["value"] for p in r["points"]]] for r in rows]
-        + [["reference rk4", config.reference_dt, *[p["reference"] for p in rows[0]["points"]]]],
+    points = markdown_table(
+        ["integrator", "dt", *[f"F̄(β={p.beta:g}, t={p.t:g})" for p in rows[0].points]],
+        [[r.integrator, r.dt, *[p.value for p in r.points]] for r in rows]
+        + [["reference rk4", c.reference_dt, *[p.reference for p in rows[0].points]]],
         floatfmt=".4f",
     )
-    order_lines = [
-        f"- {name}: Gram-matrix order at t = {first}: "
-        + ("n/a" if o["observed_order"] is None else f"**{o['observed_order']:.2f}**")
-        + " (expected "
-        + ("1" if name == "euler" else "4")
-        + "); log-log slope of the diagram error: "
-        + ("n/a" if o["statistic_order"] is None else f"{o['statistic_order']:.2f}")
-        for name, o in orders.items()
-    ]
-    authors = next(
-        (r for r in rows if r["integrator"] == "euler" and math.isclose(r["dt"], 0.1)), None
+    orders = markdown_table(
+        [
+            "integrator",
+            f"Gram order at t = {first}",
+            "expected",
+            "order reduction",
+            "diagram slope",
+        ],
+        [
+            [name, o.observed_order, o.expected_order, o.order_reduction, o.statistic_order]
+            for name, o in results.orders.items()
+        ],
+        floatfmt=".2f",
     )
+    rk4 = _row(results, "rk4", AUTHORS_DT)
     lines = [
-        f"SA, n = {config.n}, d = {config.d}, {len(config.betas)} β in "
-        f"[{min(config.betas):g}, {max(config.betas):g}], {config.num_starts} starts (the same for "
-        f"every dt), t ∈ [0, {config.t_max:g}] saved every {config.save_every:g}, δ = "
-        f"{config.delta:g}, float64. Reference: RK4 at dt = {config.reference_dt:g}. ΔF̄: error "
-        "of the start-averaged statistic over the (β, t) grid; per-start: mean over (β, start, t) "
-        "of |ΔF|; Δt½: shift of the 0.5-level curve; ΔG: max |Gram − reference| over "
-        f"{len(config.order_betas)} β × {config.order_starts} starts.",
+        f"SA, n = {c.n}, d = {c.d}, {len(c.betas)} β in [{min(c.betas):g}, {max(c.betas):g}], "
+        f"{c.num_starts} starts (the same for every dt), t ∈ [0, {c.t_max:g}] saved every "
+        f"{c.save_every:g}, δ = {c.delta:g}, float64. Reference: RK4 at dt = {c.reference_dt:g}. "
+        "ΔF̄: error of the start-averaged statistic over the (β, t) grid; per-start: mean over "
+        "(β, start, t) of |ΔF|; Δt½: shift of the 0.5-level curve; ΔG: max |Gram − reference| "
+        f"over {len(c.order_betas)} β × {c.order_starts} starts.",
         "",
         table,
         "",
         points,
         "",
-        *order_lines,
-        f"- Statistical error of the diagram itself (s.e.m. over {config.num_starts} starts): "
-        f"max {sem['max']:.3g}, mean {sem['mean']:.3g}; scaled to the paper's 1024 starts: max "
-        f"{sem['max_at_1024_starts']:.3g}, mean {sem['mean_at_1024_starts']:.3g}.",
+        "Observed orders (`wb.analysis.fit_order`; diagram slope: the same fit on mean |ΔF̄|, "
+        "nan when no slope can be fitted, e.g. errors exactly zero):",
+        "",
+        orders,
+        "",
+        f"Statistical error of the diagram itself (s.e.m. over {c.num_starts} starts): max "
+        f"{sem.max:.3g}, mean {sem.mean:.3g}; scaled to the paper's {PAPER_STARTS} starts: max "
+        f"{sem.max_at_1024_starts:.3g}, mean {sem.mean_at_1024_starts:.3g}.",
     ]
-    if authors is not None:
-        shift = authors["t_half_mean_abs_shift"]
-        curve_ok = shift is not None and shift < config.save_every
-        cells_ok = authors["max_abs_error"] <= max(sem["max_at_1024_starts"], 1e-12)
-        rk4 = next(
-            (r for r in rows if r["integrator"] == "rk4" and math.isclose(r["dt"], 0.1)), None
-        )
-        lines.append(
-            "- **Is the authors' dt = 0.1 (Euler) converged?** Transition curve: "
-            + ("**yes**" if curve_ok else "**no**")
-            + " — the 0.5-level curve moves by "
-            + ("n/a" if shift is None else f"{shift:.3g}")
-            + f" time units on average (saved every {config.save_every:g}). Cell by cell: "
-            + ("**yes**" if cells_ok else "**no**")
-            + f" — max |ΔF̄| = {authors['max_abs_error']:.2e} (mean "
-            f"{authors['mean_abs_error']:.2e}) against a statistical error of "
-            f"{sem['max_at_1024_starts']:.2e} (max s.e.m. of a 1024-start diagram); the largest "
-            "errors sit on the steep front, where a small shift in time changes the value a lot. "
-            f"The particles themselves are off by {authors['gram_max_error'][first]:.1e} in the "
-            f"Gram matrix at t = {first} (observed orders above)."
-            + (
-                ""
-                if rk4 is None
-                else f" RK4 at dt = 0.1 gives max |ΔF̄| = {rk4['max_abs_error']:.2e} (Gram "
-                f"error {rk4['gram_max_error'][first]:.1e}) at four times the cost per step."
-            )
-        )
+    if rk4 is not None:
+        lines += [
+            "",
+            f"RK4 at dt = {AUTHORS_DT:g}: max |ΔF̄| = {rk4.max_abs_error:.2e}, Gram error "
+            f"{rk4.gram_max_error[first]:.1e}, at four times Euler's cost per step.",
+        ]
     return "\n".join(lines) + "\n"
 
 
-def _plot(rows, config: Config, path: pathlib.Path) -> None:
-    fig, axes = wb.report.new_figure(1, 2, figsize=(10, 4))
-    for name, marker in (("euler", "o"), ("rk4", "s")):
-        sub = [r for r in rows if r["integrator"] == name]
-        if not sub:
-            continue
-        dts = [r["dt"] for r in sub]
-        floor = 1e-17
+def figures(results: Results) -> dict:
+    c = results.config
+    fig, axes = new_figure(1, 2, figsize=(10, 4))
+    floor = 1e-17
+    for name, marker in zip(results.orders, "os^vD"):
+        sub = [r for r in results.rows if r.integrator == name]
+        dts = [r.dt for r in sub]
         axes[0].loglog(
-            dts, [max(r["mean_abs_error"], floor) for r in sub], marker + "-", label=f"{name}: mean"
+            dts, [max(r.mean_abs_error, floor) for r in sub], marker + "-", label=f"{name}: mean"
         )
         axes[0].loglog(
-            dts, [max(r["max_abs_error"], floor) for r in sub], marker + ":", label=f"{name}: max"
+            dts, [max(r.max_abs_error, floor) for r in sub], marker + ":", label=f"{name}: max"
         )
-        for t in config.order_ts:
+        o = results.orders[name]
+        for t in c.order_ts:
+            label = f"{name}, t = {t:g}"
+            if f"{t:g}" == o.gram_order_at_t and not math.isnan(o.observed_order):
+                label += f" (order {o.observed_order:.2f}" + (
+                    ", order reduction)" if o.order_reduction else ")"
+                )
             axes[1].loglog(
                 dts,
-                [max(r["gram_max_error"][f"{t:g}"], floor) for r in sub],
+                [max(r.gram_max_error[f"{t:g}"], floor) for r in sub],
                 marker + "-",
-                label=f"{name}, t = {t:g}",
+                label=label,
             )
     axes[0].set_xlabel("dt")
     axes[0].set_ylabel("|F̄ − F̄_ref| over the (β, t) grid")
@@ -350,4 +494,4 @@ def _plot(rows, config: Config, path: pathlib.Path) -> None:
     for ax in axes:
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
-    wb.report.save_figure(fig, path)
+    return {"step_convergence": fig}

@@ -1,10 +1,33 @@
-"""Shared test setup: float64 on, seeded keys and generators (the library never flips x64)."""
+"""Shared test setup: precision, seeded keys and generators (the library never flips x64).
+
+The suite runs in float64 (`jax_enable_x64` on): convergence orders and invariants need it. The
+default *user* path is float32 (x64 off), so CI runs a second pass with `WORKBENCH_X64=0 pytest
+-m float32`: the tests marked `float32` (recovery at 1e-4, particles, `integrate`, dtypes kept)
+then run exactly as a user's first session would.
+"""
+
+import os
 
 import jax
 import numpy as np
 import pytest
 
-jax.config.update("jax_enable_x64", True)
+X64 = os.environ.get("WORKBENCH_X64", "1") != "0"
+jax.config.update("jax_enable_x64", X64)
+
+
+# Module-scoped fixtures that compute a whole study at smoke size (seconds to tens of seconds
+# each). A test that uses one is marked `slow`: `python -m pytest -m "not slow"` is the fast
+# inner loop, and CI runs everything.
+STUDY_FIXTURES = frozenset(
+    {"results", "orders", "planned", "histograms", "meta", "highdim", "phase", "steps"}
+)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if STUDY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -46,3 +46,33 @@ def small_encoder(
     )
     m = A.encoder_from_torch(sd, num_heads=heads, norm_first=norm_first, activation=activation)
     return sd, m
+
+
+SKIP_REFERENCE_VARIABLE = "WORKBENCH_SKIP_REFERENCE"
+
+
+def require_reference():
+    """Import torch and transformers for the reference tests, or fail loudly.
+
+    A missing reference must not pass silently: without the `reference` extra these tests fail,
+    unless `WORKBENCH_SKIP_REFERENCE=1` is set, an explicit opt-out that turns them into skips.
+    """
+    import os
+
+    import pytest
+
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        if os.environ.get(SKIP_REFERENCE_VARIABLE) == "1":
+            pytest.skip(
+                f"{SKIP_REFERENCE_VARIABLE}=1: reference tests opted out ({e.name} is missing)",
+                allow_module_level=True,
+            )
+        raise ImportError(
+            f"The reference tests compare against PyTorch / Hugging Face, but {e.name} is not "
+            "installed: `pip install -e '.[reference]'` (CI installs it), or set "
+            f"{SKIP_REFERENCE_VARIABLE}=1 to skip them explicitly."
+        ) from e
+    return torch, transformers

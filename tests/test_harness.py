@@ -1,5 +1,5 @@
-"""Tests of the study harness: atomic IO, JSON conversion, overrides, registry, run, tour,
-report helpers and the progress bar. Every test checks values, not only that code runs."""
+"""Tests of the study harness: atomic IO, JSON conversion, overrides, config checks, registry,
+run, tour and report helpers. Every test checks values, not only that code runs."""
 
 import dataclasses
 import io
@@ -17,8 +17,11 @@ import numpy as np
 import pytest
 
 import studies
-from workbench import _harness, cli
-from workbench._io import (
+from studies import _harness, cli
+from studies._config import ConfigError, check_multiple, check_positive, check_range
+from studies._overrides import OverrideError, describe_fields, parse_overrides, parse_value
+from studies._report import code_block, demote_headings, markdown_table, new_figure, save_figure
+from workbench.io import (
     atomic_open,
     atomic_write_json,
     atomic_write_text,
@@ -26,9 +29,6 @@ from workbench._io import (
     new_run_dir,
     to_jsonable,
 )
-from workbench._overrides import OverrideError, describe_fields, parse_overrides, parse_value
-from workbench._progress import Progress, format_duration, progress
-from workbench._report import code_block, demote_headings, markdown_table, save_figure
 
 # --------------------------------------------------------------------------------------------
 # fixtures: a tiny real study, a failing one, and x64 restored after CLI calls
@@ -54,25 +54,41 @@ def _make_squares_study():
         label: str = "squares"
         weights: tuple[float, ...] = (1.0,)
 
+        def __post_init__(self):
+            check_positive(self, "n")
+
+    @dataclasses.dataclass(frozen=True)
+    class Results:
+        config: Config
+        sum_of_squares: int
+        closed_form: int
+        weights: np.ndarray
+
     def smoke_config():
         return Config(n=10)
 
-    def main(config, out):
+    def compute(config):
         total = sum(k * k for k in range(1, config.n + 1))
-        (out / "notes.txt").write_text(config.label)
-        return {
-            "n": config.n,
-            "sum_of_squares": total,
-            "closed_form": _sum_of_squares(config.n),
-            "weights": np.asarray(config.weights),
-            "report": f"# Squares\n\nThe sum of squares 1..{config.n} is {total}.",
-        }
+        return Results(config, total, _sum_of_squares(config.n), np.asarray(config.weights))
+
+    def figures(results):
+        fig, ax = new_figure(figsize=(2, 2))
+        ax.plot(np.arange(1, results.config.n + 1) ** 2)
+        return {"squares": fig}
+
+    def report(results):
+        return f"# Squares\n\nThe sum of squares 1..{results.config.n} is {results.sum_of_squares}."
+
+    def verdict(results):
+        same = results.sum_of_squares == results.closed_form
+        return f"{'Yes' if same else 'No'}. {results.sum_of_squares} vs {results.closed_form}."
 
     module.NAME = "squares"
     module.SUMMARY = "Sum of squares against its closed form."
-    module.Config = Config
-    module.smoke_config = smoke_config
-    module.main = main
+    Config.__module__ = Results.__module__ = SQUARES_MODULE  # as if defined in the study module
+    module.Config, module.Results = Config, Results
+    module.smoke_config, module.compute, module.figures = smoke_config, compute, figures
+    module.report, module.verdict = report, verdict
     return module
 
 
@@ -83,14 +99,18 @@ def _make_broken_study():
     class Config:
         size: int = 3
 
-    def main(config, out):
+    @dataclasses.dataclass(frozen=True)
+    class Results:
+        config: Config
+
+    def compute(config):
         raise RuntimeError(f"boom {config.size * 14}")
 
     module.NAME = "broken"
     module.SUMMARY = "Always raises."
-    module.Config = Config
-    module.smoke_config = Config
-    module.main = main
+    module.Config, module.Results = Config, Results
+    module.smoke_config, module.compute = Config, compute
+    module.figures = module.report = module.verdict = lambda results: None
     return module
 
 
@@ -102,16 +122,6 @@ def fake_registry(monkeypatch):
     monkeypatch.setitem(sys.modules, BROKEN_MODULE, broken)
     monkeypatch.setattr(studies, "STUDIES", {"squares": SQUARES_MODULE, "broken": BROKEN_MODULE})
     return squares, broken
-
-
-@pytest.fixture
-def restore_x64():
-    """The CLI turns float64 on for the whole process; put the flag back afterwards."""
-    import jax
-
-    old = bool(jax.config.jax_enable_x64)
-    yield
-    jax.config.update("jax_enable_x64", old)
 
 
 def _listing(folder):
@@ -407,7 +417,7 @@ def test_registry_points_at_exact_recovery_and_imports_lazily():
     # A fresh interpreter: importing the package and the CLI imports no study, no JAX,
     # and does not turn float64 on.
     code = (
-        "import sys, studies, workbench.cli\n"
+        "import sys, studies, studies.cli\n"
         "assert 'studies.exact_recovery' not in sys.modules\n"
         "import jax\n"
         "assert not jax.config.jax_enable_x64\n"
@@ -448,43 +458,116 @@ def test_check_study_reports_protocol_violations(fake_registry):
 # --------------------------------------------------------------------------------------------
 
 
-def test_run_study_writes_config_results_and_report(tmp_path, fake_registry):
+def test_run_study_writes_config_results_figures_and_report(tmp_path, fake_registry):
     squares, _ = fake_registry
     config = squares.Config(n=24, weights=(0.5, 2.0))
     returned = _harness.run_study(squares, config, tmp_path / "run", smoke=True)
     out = tmp_path / "run"
-    assert _listing(out) == ["config.json", "notes.txt", "report.md", "results.json"]
+    assert _listing(out) == ["config.json", "report.md", "results.json", "squares.png"]
+    assert (out / "squares.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     results = json.loads((out / "results.json").read_text())
     assert results == {
-        "n": 24,
+        "config": {"n": 24, "label": "squares", "weights": [0.5, 2.0]},
         "sum_of_squares": 4900,
         "closed_form": 4900,
         "weights": [0.5, 2.0],
     }
-    assert (out / "report.md").read_text() == ("# Squares\n\nThe sum of squares 1..24 is 4900.\n")
+    assert (out / "report.md").read_text() == (
+        "**Verdict.** Yes. 4900 vs 4900.\n\n# Squares\n\nThe sum of squares 1..24 is 4900.\n"
+    )
     recorded = json.loads((out / "config.json").read_text())
     assert recorded["study"] == "squares"
     assert recorded["smoke"] is True
     assert recorded["config"] == {"n": 24, "label": "squares", "weights": [0.5, 2.0]}
     assert recorded["environment"]["packages"]["numpy"] == np.__version__
-    assert returned["sum_of_squares"] == 4900 and returned["report"].startswith("# Squares")
+    assert returned.sum_of_squares == 4900 and isinstance(returned, squares.Results)
 
 
 def test_run_study_rejects_bad_results_without_writing_them(tmp_path, fake_registry):
     squares, _ = fake_registry
-    squares.main = lambda config, out: {"value": 1}
-    with pytest.raises(_harness.StudyError, match="'report'.*got keys \\['value'\\]"):
+    squares.compute = lambda config: {"value": 1}
+    with pytest.raises(_harness.StudyError, match="compute\\(\\) must return a Results, got dict"):
         _harness.run_study(squares, squares.Config(), tmp_path)
     assert _listing(tmp_path) == ["config.json"]
 
-    squares.main = lambda config, out: {"value": object(), "report": "text"}
-    with pytest.raises(TypeError, match=r"results\.json\['value'\]"):
+    squares.compute = lambda config: squares.Results(config, 1, object(), np.zeros(1))
+    with pytest.raises(TypeError, match=r"results\.json\.closed_form"):
         _harness.run_study(squares, squares.Config(), tmp_path)
     assert _listing(tmp_path) == ["config.json"]
+
+    squares.compute = lambda config: squares.Results(config, 1, 1, np.zeros(1))
+    squares.verdict = lambda results: "Looks fine"
+    with pytest.raises(_harness.StudyError, match="first word is one of Yes, No, Partly"):
+        _harness.run_study(squares, squares.Config(), tmp_path)
+    assert "report.md" not in _listing(tmp_path)
 
     with pytest.raises(_harness.StudyError, match="Config"):
         _harness.run_study(squares, _AllTypes(), tmp_path)
+
+
+def test_check_study_needs_every_protocol_function(fake_registry):
+    squares, _ = fake_registry
+    for name in ("Results", "compute", "figures", "report", "verdict"):
+        module = types.ModuleType("_partial", "A question?")
+        for attr in (
+            "NAME",
+            "SUMMARY",
+            "Config",
+            "smoke_config",
+            "Results",
+            "compute",
+            "figures",
+            "report",
+            "verdict",
+        ):
+            if attr != name:
+                setattr(module, attr, getattr(squares, attr))
+        with pytest.raises(_harness.StudyError, match=f"has no {name}"):
+            _harness.check_study(module)
+
+
+# --------------------------------------------------------------------------------------------
+# config checks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checked:
+    dt: float = 0.1
+    t_max: float = 3.0
+    betas: tuple[float, ...] = (0.5, 1.0)
+    fraction: float = 0.5
+
+    def __post_init__(self):
+        check_positive(self, "dt", "betas")
+        check_multiple(self, "t_max", of="dt")
+        check_range(self, "fraction", 0.0, 1.0, low_open=True)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"dt": 0.0}, "_Checked: dt=0.0 is not allowed; every value must be finite and > 0."),
+        ({"dt": math.inf}, "_Checked: dt=inf is not allowed; every value must be finite and > 0."),
+        (
+            {"betas": (1.0, -3.0)},
+            "_Checked: betas=(1.0, -3.0) is not allowed; every value must be finite and > 0.",
+        ),
+        (
+            {"t_max": 10.05},
+            "_Checked: t_max=10.05 is not allowed; every value must be a positive "
+            "whole multiple of dt=0.1.",
+        ),
+        ({"fraction": 0.0}, "_Checked: fraction=0.0 is not allowed; allowed range (0, 1]."),
+        ({"fraction": math.nan}, "_Checked: fraction=nan is not allowed; allowed range (0, 1]."),
+    ],
+)
+def test_config_checks_name_field_value_and_range(changes, message):
+    with pytest.raises(ConfigError) as info:
+        _Checked(**changes)
+    assert str(info.value) == message
+    assert _Checked(t_max=30.0).t_max == 30.0  # 300 steps of 0.1: on the grid despite rounding
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,26 +575,28 @@ def test_run_study_rejects_bad_results_without_writing_them(tmp_path, fake_regis
 # --------------------------------------------------------------------------------------------
 
 
-def test_cli_run_with_overrides(tmp_path, fake_registry, restore_x64, capsys):
+def test_cli_run_with_overrides(tmp_path, fake_registry, capsys):
     out = tmp_path / "r"
     code = cli.main(["run", "squares", "--smoke", "--n=12", "--out", str(out), "--label", "hi"])
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     assert results["sum_of_squares"] == _sum_of_squares(12) == 650
-    assert (out / "notes.txt").read_text() == "hi"
     recorded = json.loads((out / "config.json").read_text())
     assert recorded["smoke"] is True
     assert recorded["config"] == {"n": 12, "label": "hi", "weights": [1.0]}
-    assert recorded["environment"]["jax_enable_x64"] is True  # the CLI turned float64 on
+    import jax
+
+    # The command changes no global JAX setting (the tests run with x64 on, from conftest.py).
+    assert recorded["environment"]["jax_enable_x64"] is bool(jax.config.jax_enable_x64) is True
     printed = capsys.readouterr().out
     assert str(out / "results.json") in printed and str(out / "report.md") in printed
 
 
-def test_cli_run_smoke_defaults_and_negative_values(tmp_path, fake_registry, restore_x64):
+def test_cli_run_smoke_defaults_and_negative_values(tmp_path, fake_registry):
     out = tmp_path / "r"
     assert cli.main(["run", "--weights", "-1.5,2", "squares", "--smoke", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["n"] == 10 and results["sum_of_squares"] == 385
+    assert results["config"]["n"] == 10 and results["sum_of_squares"] == 385
     assert results["weights"] == [-1.5, 2.0]
 
 
@@ -525,9 +610,10 @@ def test_cli_run_smoke_defaults_and_negative_values(tmp_path, fake_registry, res
             "valid fields: n, label, weights.",
         ),
         (["--n"], "field 'n' of study 'squares' has no value"),
+        (["--n", "-5"], "squares: n=-5 is not allowed; every value must be finite and > 0."),
     ],
 )
-def test_cli_run_usage_errors(tmp_path, fake_registry, restore_x64, capsys, args, expected):
+def test_cli_run_usage_errors(tmp_path, fake_registry, capsys, args, expected):
     out = tmp_path / "never"
     assert cli.main(["run", "squares", "--out", str(out), *args]) == 2
     err = capsys.readouterr().err
@@ -535,12 +621,12 @@ def test_cli_run_usage_errors(tmp_path, fake_registry, restore_x64, capsys, args
     assert not out.exists()  # nothing computed, nothing written
 
 
-def test_cli_run_unknown_study(fake_registry, restore_x64, capsys):
+def test_cli_run_unknown_study(fake_registry, capsys):
     assert cli.main(["run", "nope"]) == 2
     assert "unknown study 'nope'; valid studies: squares, broken." in capsys.readouterr().err
 
 
-def test_cli_run_study_help(fake_registry, restore_x64, capsys):
+def test_cli_run_study_help(fake_registry, capsys):
     assert cli.main(["run", "squares", "--help"]) == 0
     printed = capsys.readouterr().out
     assert "Does summing k^2 for k = 1..n give n(n+1)(2n+1)/6?" in printed
@@ -560,27 +646,31 @@ def test_cli_bad_command(capsys):
     assert cli.main([]) == 2
 
 
-def test_tour_records_success_and_failure(tmp_path, fake_registry, restore_x64, capsys):
+def test_tour_records_success_and_failure(tmp_path, fake_registry, capsys):
     out = tmp_path / "tour"
     code = cli.main(["tour", "--out", str(out)])
     assert code == 1
     report = (out / "report.md").read_text()
     # The good study: its report, nested under its heading, and its exact number on disk.
     assert "## squares" in report and "### Squares" in report
-    assert "The sum of squares 1..10 is 385." in report
+    assert (
+        "The sum of squares 1..10 is 385." in report and "**Verdict.** Yes. 385 vs 385." in report
+    )
     assert json.loads((out / "squares" / "results.json").read_text())["sum_of_squares"] == 385
     # The failing one: marked, with its traceback, and it did not stop the tour.
     assert "## broken" in report and "**FAILED**" in report
     assert "RuntimeError: boom 42" in report and "Traceback (most recent call last)" in report
     assert "boom 42" in (out / "broken" / "traceback.txt").read_text()
     assert report.index("## squares") < report.index("## broken")
-    assert re.search(r"\| squares +\| ok +\| +\d+\.\d\d \|", report)
-    assert re.search(r"\| broken +\| \*\*FAILED\*\* +\| +\d+\.\d\d \|", report)
+    assert re.search(r"\| squares +\| ok +\| Yes\. +\| +\d+\.\d\d \|", report)
+    assert re.search(r"\| broken +\| \*\*FAILED\*\* +\| — +\| +\d+\.\d\d \|", report)
     summary = json.loads((out / "tour.json").read_text())
     assert summary["mode"] == "smoke"
     assert summary["studies"]["squares"]["ok"] is True
+    assert summary["studies"]["squares"]["verdict"] == "Yes. 385 vs 385."
     assert summary["studies"]["broken"] == {
         "ok": False,
+        "verdict": None,
         "wall_time_s": summary["studies"]["broken"]["wall_time_s"],
         "error": "RuntimeError: boom 42",
     }
@@ -634,8 +724,6 @@ def test_demote_headings_and_code_block():
 
 def test_save_figure_atomic_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from workbench._report import new_figure
-
     fig, ax = new_figure(figsize=(2, 2))
     ax.plot([0, 1], [0, 1])
     path = save_figure(fig, tmp_path / "line.png")
@@ -647,90 +735,3 @@ def test_save_figure_atomic_png(tmp_path):
     with pytest.raises(ValueError, match=r"suffix '\.nope'.*valid suffixes:.*\.png"):
         save_figure(fig, tmp_path / "line.nope")
     assert path.read_bytes() == before and _listing(tmp_path) == ["line.png"]
-
-
-# --------------------------------------------------------------------------------------------
-# progress
-# --------------------------------------------------------------------------------------------
-
-
-class _FakeClock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
-class _TTY(io.StringIO):
-    def isatty(self):
-        return True
-
-
-def test_format_duration():
-    assert format_duration(0) == "0:00"
-    assert format_duration(75.9) == "1:15"
-    assert format_duration(3725) == "1:02:05"
-    assert format_duration(float("nan")) == "?"
-
-
-def test_progress_plain_lines_for_logs():
-    clock, stream = _FakeClock(), io.StringIO()
-    with Progress(10, desc="fit", stream=stream, log_every=30, clock=clock, disable=False) as bar:
-        for _ in range(10):
-            clock.now += 4.0
-            bar.update()
-    lines = stream.getvalue().splitlines()
-    # first update at 4 s; then one line each time 30 s have passed (at 36 s); the final line.
-    assert lines == [
-        "fit: 1/10 (10%) 0:04 elapsed, eta 0:36",
-        "fit: 9/10 (90%) 0:36 elapsed, eta 0:04",
-        "fit: 10/10 (100%) 0:40 elapsed",
-    ]
-
-
-def test_progress_tty_redraws_in_place():
-    clock, stream = _FakeClock(), _TTY()
-    items = []
-    for item in progress(range(4), stream=stream, clock=clock, disable=False, width=4):
-        clock.now += 1.0
-        items.append(item)
-    assert items == [0, 1, 2, 3]
-    text = stream.getvalue()
-    assert text.endswith("\n") and text.count("\n") == 1
-    assert text.count("\r") == 4  # four updates, each past the refresh interval
-    # The last, shorter line is padded with spaces to wipe the longer one before it.
-    previous, last = text.split("\r")[-2:]
-    assert previous == "[###-] 3/4 (75%) 0:03 elapsed, eta 0:01"
-    assert last == "[####] 4/4 (100%) 0:04 elapsed".ljust(len(previous)) + "\n"
-
-
-def test_progress_tty_throttles_redraws():
-    clock, stream = _FakeClock(), _TTY()
-    with Progress(1000, stream=stream, clock=clock, disable=False, refresh=0.1) as bar:
-        for _ in range(1000):
-            clock.now += 0.001  # 1 s in all: about ten redraws, not a thousand
-            bar.update()
-    assert 10 <= stream.getvalue().count("\r") <= 12
-
-
-def test_progress_disabled_and_environment_switch(monkeypatch):
-    stream = io.StringIO()
-    assert list(progress([1, 2], stream=stream, disable=True)) == [1, 2]
-    monkeypatch.setenv("WORKBENCH_PROGRESS", "0")
-    with Progress(3, stream=stream) as bar:
-        bar.update(3)
-    assert stream.getvalue() == ""
-    monkeypatch.setenv("WORKBENCH_PROGRESS", "1")
-    with Progress(None, stream=stream, clock=_FakeClock()) as bar:
-        bar.update(5)
-    assert stream.getvalue().splitlines()[-1] == "5 0:00 elapsed"
-
-
-def test_progress_marks_an_error():
-    stream = io.StringIO()
-    with pytest.raises(KeyError):
-        with Progress(5, stream=stream, clock=_FakeClock(), disable=False) as bar:
-            bar.update(2)
-            raise KeyError("x")
-    assert stream.getvalue().splitlines()[-1].endswith("(stopped by an error)")

@@ -14,6 +14,7 @@ A = wb.architectures
 S = wb.schemes
 
 
+@pytest.mark.filterwarnings("ignore:rediscretize:UserWarning")  # post-norm + Strang, on purpose
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("scheme, k", [(S.LieTrotter(), 1), (S.Strang(), 3)])
 def test_permutation_equivariance(norm_first, scheme, k, rng):
@@ -24,6 +25,7 @@ def test_permutation_equivariance(norm_first, scheme, k, rng):
     assert max_abs(m(u[perm]), m(u)[perm]) < 1e-13
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2])
 def test_causal_model_is_prefix_independent(k, rng):
     cfg = A.gpt2_config(d=12, num_heads=3, num_layers=2)
@@ -46,6 +48,7 @@ def test_padding_mask_equals_dropping_the_padded_tokens(rng):
     assert max_abs(masked[real], m(u[real])) < 1e-13
 
 
+@pytest.mark.slow
 def test_jit_equals_eager(rng):
     _, m = small_encoder(rng, norm_first=True, activation="gelu", final_norm=True)
     m = m.rediscretize(scheme=S.Yoshida4(), steps_per_layer=2)
@@ -55,6 +58,7 @@ def test_jit_equals_eager(rng):
     assert max_abs(eqx.filter_jit(m)(u), eager) < 1e-13
 
 
+@pytest.mark.slow
 def test_vmap_equals_loop(rng):
     cfg = A.bert_config(d=12, num_heads=3, num_layers=2, intermediate=20)
     b = A.bert_from_hf(A.random_bert_state_dict(rng, cfg), cfg)
@@ -65,6 +69,8 @@ def test_vmap_equals_loop(rng):
     assert max_abs(batched, looped) < 1e-13
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:rediscretize:UserWarning")  # post-norm + Strang, on purpose
 def test_gradients_match_finite_differences(rng):
     _, m = small_encoder(rng, norm_first=False, activation="gelu", final_norm=True)
     m = m.rediscretize(scheme=S.Strang(), steps_per_layer=2)
@@ -107,6 +113,7 @@ def test_no_recompilation_on_the_second_call(rng):
     assert max_abs(y1, m1(u)) < 1e-13 and max_abs(y2, m2(u + 1.0)) < 1e-13
 
 
+@pytest.mark.slow
 def test_paper_a_literal_scheme_equals_post_ln_block(rng):
     p = A.PaperAEncoder.random(rng, d=10, num_heads=2, num_layers=3)
     assert (
@@ -131,3 +138,45 @@ def test_float32_stays_float32(scheme, rng):
     y = m.rediscretize(scheme=scheme, steps_per_layer=2)(u)
     assert y.dtype == jnp.float32
     assert bool(jnp.all(jnp.isfinite(y)))
+
+
+def test_post_norm_rediscretization_warns_that_the_order_is_one(rng):
+    import warnings
+
+    _, post = small_encoder(rng, norm_first=False, activation="gelu")
+    _, pre = small_encoder(rng, norm_first=True, activation="gelu")
+    _, pre_relu = small_encoder(rng, norm_first=True, activation="relu")
+    assert post.is_post_norm and not pre.is_post_norm
+    for scheme in (S.Strang(), S.Yoshida4(), S.Suzuki4()):
+        with pytest.warns(UserWarning, match="post-norm model.*will converge at order 1") as record:
+            m = post.rediscretize(scheme=scheme, steps_per_layer=4)
+        assert len(record) == 1 and record[0].filename == __file__  # points at this line
+        assert m.expected_order == 1
+        assert "formulation=wb.Projected()" in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: Lie–Trotter, or pre-norm
+        assert post.rediscretize(scheme=S.LieTrotter(), steps_per_layer=4).expected_order == 1
+        assert pre.rediscretize(scheme=S.Yoshida4(), steps_per_layer=4).expected_order == 4
+        assert pre.rediscretize(scheme=S.Strang()).expected_order == 2
+        # ReLU: a Lipschitz, not C¹, field: at most about 2.
+        assert pre_relu.rediscretize(scheme=S.Yoshida4()).expected_order == 2
+        assert pre_relu.rediscretize(scheme=S.Strang()).expected_order == 2
+    # BERT (post-norm) forwards the warning to its caller; GPT-2 (pre-norm) does not warn.
+    cfg = A.bert_config(d=12, num_heads=3, num_layers=1, intermediate=16)
+    b = A.bert_from_hf(A.random_bert_state_dict(rng, cfg), cfg)
+    with pytest.warns(UserWarning, match="post-norm model") as record:
+        b.rediscretize(scheme=S.Strang())
+    assert record[0].filename == __file__
+    cfg = A.gpt2_config(d=12, num_heads=3, num_layers=1)
+    g = A.gpt2_from_hf(A.random_gpt2_state_dict(rng, cfg), cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert g.rediscretize(scheme=S.Yoshida4()).transformer.expected_order == 4
+
+
+def test_integer_and_boolean_masks_agree_under_vmap(rng):
+    _, m = small_encoder(rng)
+    u = jnp.asarray(rng.normal(size=(2, 6, 12)))
+    keep = jnp.array([[1, 1, 0, 1, 1, 0], [1, 0, 0, 0, 1, 1]])
+    f = jax.vmap(lambda x, k: m(x, mask=k))
+    assert max_abs(f(u, keep), f(u, keep.astype(bool))) == 0.0

@@ -1,4 +1,4 @@
-"""Clustering diagnostics and theory curves of paper B (MATH.md §2): values against NumPy loops,
+"""Clustering diagnostics and theory curves of paper B (docs/particles.md): values against NumPy loops,
 hand-made configurations with known answers, SciPy / mpmath-free references and closed forms."""
 
 import itertools
@@ -13,7 +13,7 @@ from scipy.integrate import solve_ivp
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import connected_components
 
-from workbench.particles._diagnostics import (
+from workbench.particles import (
     Plateau,
     cluster_count,
     cluster_count_rank,
@@ -74,7 +74,7 @@ def _gamma_rhs(kind, beta, n):
 
 
 def _particle_rhs(kind, beta, n, d):
-    """Independent NumPy vector field of SA / USA with Q = K = V = I (MATH.md §2)."""
+    """Independent NumPy vector field of SA / USA with Q = K = V = I (docs/particles.md)."""
 
     def rhs(t, y):
         x = y.reshape(n, d)
@@ -357,7 +357,7 @@ def test_gamma_beta_closed_form_at_beta_zero(n):
         got = np.asarray(gamma_beta(jnp.asarray(ts), 0.0, n, kind))
         np.testing.assert_allclose(got, exact, rtol=0, atol=1e-13)
     if n == 2:
-        np.testing.assert_allclose(got, np.tanh(ts), atol=1e-13)  # MATH.md oracle 1
+        np.testing.assert_allclose(got, np.tanh(ts), atol=1e-13)  # docs/particles.md, oracle 1
 
 
 def test_gamma_beta_vmap_over_beta_equals_loop():
@@ -371,6 +371,7 @@ def test_gamma_beta_vmap_over_beta_equals_loop():
     assert np.all(np.diff(np.asarray(sweep), axis=1) >= 0)  # gamma increases in t
 
 
+@pytest.mark.slow
 def test_gamma_beta_lengths_share_a_compilation():
     # Output lengths 9 … 16 are padded to 16: one compilation, and the padding changes nothing
     # (equal to the unpadded solve bit for bit).

@@ -1,4 +1,4 @@
-"""Particles on the sphere (MATH.md §2): closed-form and ODE oracles, invariants, observed orders,
+"""Particles on the sphere (docs/particles.md): closed-form and ODE oracles, invariants, observed orders,
 transforms (jit / vmap / dtype) and input errors. Float64 unless stated."""
 
 import diffrax
@@ -244,6 +244,7 @@ def test_mean_field_velocity_matches_the_particle_system(rng):
         P.mean_field_velocity(x, uniform * 2, x, beta)
 
 
+@pytest.mark.slow
 def test_attention_velocities_match_a_loop_reference(rng):
     n, d, beta = 5, 3, 0.7
     x = _sphere(rng, n, d)
@@ -311,6 +312,7 @@ def test_ffn_augmented_field(rng):
 # ---------------------------------------------------------------- integrators
 
 
+@pytest.mark.slow
 def test_observed_orders_on_the_sphere(rng):
     n, d, T = 4, 3, 1.0
     x0 = _sphere(rng, n, d)
@@ -347,6 +349,7 @@ def test_observed_orders_on_the_sphere(rng):
         assert abs(slope - integrator.order()) <= 0.3, (name, slope, errs)
 
 
+@pytest.mark.slow
 def test_rk2_is_heun_and_geodesic_step_is_exact_on_the_sphere(rng):
     x = jnp.asarray(_sphere(rng, 5, 4))
     dyn = P.SA(2.0)
@@ -368,6 +371,7 @@ def test_rk2_is_heun_and_geodesic_step_is_exact_on_the_sphere(rng):
 # ---------------------------------------------------------------- transforms and dtypes
 
 
+@pytest.mark.slow
 def test_jit_equals_eager_and_vmap_equals_loop(rng):
     n, d, dt = 4, 3, 0.05
     starts = np.stack([_sphere(rng, n, d) for _ in range(3)])

@@ -247,6 +247,7 @@ def test_small_beta_gives_one_cluster_by_t30(getkey):
     assert np.all(pd.fraction[:, -1] >= 0.99)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "dynamics, kind, betas", [(P.SA, "SA", (0.0, 2.0, 5.0)), (P.USA, "USA", (0.0, 1.0, 2.0))]
 )
@@ -282,6 +283,7 @@ def test_orthogonal_start_follows_gamma_beta(dynamics, kind, betas):
 # ---------------------------------------------------------------- transforms
 
 
+@pytest.mark.slow
 def test_clustering_curve_jit_vmap_and_chunking_consistency(rng):
     starts = jnp.asarray(_sphere(rng, 4, 6, 8))
     betas = jnp.asarray([0.5, 4.0, 9.0])

@@ -17,18 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip(
-    "torch", reason="reference tests need PyTorch (install the `reference` extra)"
-)
-transformers = pytest.importorskip(
-    "transformers", reason="reference tests need Hugging Face transformers (the `reference` extra)"
-)
+from helpers import require_reference  # noqa: E402
 
-jax.config.update("jax_enable_x64", True)
+torch, transformers = require_reference()
 
 import workbench as wb  # noqa: E402
 
-pytestmark = pytest.mark.reference
+pytestmark = [pytest.mark.reference, pytest.mark.slow]
 
 A = wb.architectures
 DTYPES = (np.float32, np.float64)
@@ -62,13 +57,15 @@ def _assert_close(got, want, dtype, label):
     assert err <= TOL[dtype], f"{label}: max abs error {err:.3e} > {TOL[dtype]:.0e}"
 
 
-def _torch_encoder(*, d, heads, ff, layers, norm_first, activation, final_norm, eps=1e-5):
+def _torch_encoder(
+    *, d, heads, ff, layers, norm_first, activation, final_norm, eps=1e-5, batch_first=True
+):
     layer = torch.nn.TransformerEncoderLayer(
         d,
         heads,
         ff,
         dropout=0.0,
-        batch_first=True,
+        batch_first=batch_first,
         norm_first=norm_first,
         activation=activation,
         layer_norm_eps=eps,
@@ -121,6 +118,7 @@ ENCODER_PARAMS = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:rediscretize:UserWarning")  # post-norm + Strang, on purpose
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize(("norm_first", "activation", "cfg"), ENCODER_PARAMS)
 def test_encoder_matches_torch(norm_first, activation, cfg, dtype):
@@ -154,6 +152,53 @@ def test_encoder_matches_torch(norm_first, activation, cfg, dtype):
         scheme=wb.schemes.LieTrotter(), steps_per_layer=1
     )
     _assert_close(_apply_batch(back, jnp.asarray(u)), want, dtype, label + " rediscretized")
+
+
+@pytest.mark.parametrize("batch_first", [True, False], ids=["batch_first", "seq_first"])
+def test_encoder_docstring_snippet_in_both_layouts(batch_first):
+    """The layouts `encoder_from_torch`'s docstring states, run as written, in float32:
+    `m(u) == enc(x[None])[0]` with `batch_first=True` and `enc(x[:, None])[:, 0]` with torch's
+    default `batch_first=False`, whose `enc(x[None])` is n sequences of length 1."""
+    doc = A.encoder_from_torch.__doc__
+    assert "enc(x[None])[0]        with batch_first=True" in doc
+    assert "enc(x[:, None])[:, 0]  with batch_first=False (torch's default)" in doc
+    d, H, ff, layers, n = 16, 4, 24, 2, 7
+    rng = np.random.default_rng(500 + int(batch_first))
+    sd0 = A.random_encoder_state_dict(
+        rng, d=d, num_layers=layers, dim_feedforward=ff, final_norm=True, dtype=np.float32
+    )
+    enc = _torch_encoder(
+        d=d,
+        heads=H,
+        ff=ff,
+        layers=layers,
+        norm_first=False,
+        activation="relu",
+        final_norm=True,
+        batch_first=batch_first,
+    )
+    enc = _load(enc, sd0, np.float32)
+    u = rng.standard_normal((n, d)).astype(np.float32)
+
+    # -- the docstring's snippet --
+    sd = {k: v.detach().numpy() for k, v in enc.state_dict().items()}
+    m = A.encoder_from_torch(
+        sd, num_heads=H, norm_first=False, activation="relu", layer_norm_eps=1e-5
+    )
+    x = torch.from_numpy(u)
+    y = np.asarray(m(jnp.asarray(u)))
+    with torch.no_grad():
+        want = (enc(x[None])[0] if batch_first else enc(x[:, None])[:, 0]).numpy()
+        wrong = (enc(x[:, None])[:, 0] if batch_first else enc(x[None])[0]).numpy()
+    # -- end of the snippet --
+
+    assert y.dtype == np.float32 and y.shape == (n, d)
+    err = float(np.max(np.abs(y - want)))
+    print(f"[reference] docstring snippet batch_first={batch_first}: max abs error {err:.3e}")
+    assert err <= 1e-5
+    # The other layout's expression is a different computation (n sequences of length 1, or one
+    # sequence per batch entry): copying the wrong one would not match.
+    assert float(np.max(np.abs(y - wrong))) > 1e-2
 
 
 @pytest.mark.parametrize(
@@ -358,6 +403,7 @@ def _rediscretize_case(norm_first, dtype):
     return m, jnp.asarray(u), want
 
 
+@pytest.mark.filterwarnings("ignore:rediscretize:UserWarning")  # post-norm + Strang, on purpose
 @pytest.mark.parametrize(
     ("norm_first", "dtype"), [(False, np.float64), (True, np.float32)], ids=["post-f64", "pre-f32"]
 )
@@ -373,6 +419,7 @@ def test_rediscretize_lie_trotter_one_step_matches_torch(norm_first, dtype):
     _assert_close(back, want, dtype, f"rediscretize round trip {'pre' if norm_first else 'post'}")
 
 
+@pytest.mark.filterwarnings("ignore:rediscretize:UserWarning")  # post-norm + Strang, on purpose
 @pytest.mark.parametrize(
     "dtype",
     [np.float32, np.float64],

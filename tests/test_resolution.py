@@ -8,6 +8,7 @@ refinement (the study's smoke run, order 2 ± 0.3; Gauss exponential); bad input
 """
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,8 @@ import pytest
 import workbench as wb
 import workbench.analysis as wba
 from studies import resolution
+from studies._config import ConfigError
+from studies._report import have_matplotlib
 
 RULES = (wba.MidpointRule(), wba.TrapezoidRule(), wba.GaussLegendreRule())
 
@@ -135,68 +138,111 @@ def test_probes_and_padding_change_nothing_and_nystrom_hits_the_nodes(model_and_
 
 
 # ----------------------------------------------------------------------------------------------
+# the exponential rate (Gauss) is not an order fit
+
+
+def test_exponential_rate():
+    m = np.array([3, 4, 6, 8, 10])
+    np.testing.assert_allclose(wba.exponential_rate(m, 5.0 * 10.0 ** (-0.7 * m)), 0.7, rtol=1e-12)
+    # Errors at the floor are left out; the rate of the rest is unchanged.
+    e = np.r_[5.0 * 10.0 ** (-0.7 * m), 1e-16, 0.0]
+    np.testing.assert_allclose(wba.exponential_rate(np.r_[m, 12, 14], e), 0.7, rtol=1e-12)
+    # Gauss on an analytic integrand: several decades per node; order 2 only a fraction of one.
+    exact = (np.e * (np.sin(3) - 3 * np.cos(3)) + 3) / 10
+    sizes = (2, 3, 4, 5, 6)
+    gauss, mid = [], []
+    for k in sizes:
+        for rule, errs in ((wba.GaussLegendreRule(), gauss), (wba.MidpointRule(), mid)):
+            t, w = rule.nodes_weights(k)
+            errs.append(abs(w @ (np.exp(t) * np.sin(3 * t)) - exact))
+    assert wba.exponential_rate(sizes, gauss) > 1.0
+    assert wba.exponential_rate(sizes, mid) < 0.3
+    with pytest.raises(ValueError, match="only 1 error"):
+        wba.exponential_rate([2, 4, 6], [1e-3, 1e-15, 0.0])
+    with pytest.raises(ValueError, match="distinct"):
+        wba.exponential_rate([2, 2, 6], [1e-3, 1e-4, 1e-5])
+    with pytest.raises(ValueError, match="3 node counts but 2 errors"):
+        wba.exponential_rate([2, 4, 6], [1e-3, 1e-4])
+
+
+# ----------------------------------------------------------------------------------------------
 # the study (smoke size): orders and acceptance
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    out = tmp_path_factory.mktemp("resolution")
-    config = resolution.smoke_config()
-    return config, resolution.main(config, out), out
+def results():
+    return resolution.compute(resolution.smoke_config())
 
 
-def test_refinement_orders_match_the_rules(study):
-    config, res, _ = study
-    low = [r for r in res["rows"] if r["declared_order"] is not None]
-    assert {(r["rule"], r["refine"]) for r in low} == {
+def test_refinement_orders_match_the_rules(results):
+    low = [r for r in results.rows if r.declared_order is not None]
+    assert {(r.rule, r.refine) for r in low} == {
         (rule, refine) for rule in ("midpoint", "trapezoid") for refine in ("features", "tokens")
     }
     for r in low:
-        assert len(r["sizes"]) >= 4
-        assert abs(r["fit"]["order"] - 2) <= 0.3, (r["rule"], r["refine"], r["fit"]["order"])
-        assert abs(r["functional_fit"]["order"] - 2) <= 0.3
-        assert r["errors"][-1] > 1e-12  # well above round-off: a real asymptotic range
-        assert r["within_tolerance"]
+        assert len(r.sizes) >= 4
+        assert abs(r.fit.order - 2) <= 0.3, (r.rule, r.refine, r.fit.order)
+        assert abs(r.functional_fit.order - 2) <= 0.3
+        assert not r.fit.order_reduction
+        assert r.errors[-1] > 1e-12  # well above round-off: a real asymptotic range
 
 
-def test_gauss_refinement_is_exponential(study):
-    _, res, _ = study
-    for r in (r for r in res["rows"] if r["rule"] == "gauss"):
-        e = np.asarray(r["errors"])
-        assert e[-1] < 1e-8, (r["refine"], e)
+def test_gauss_refinement_is_exponential(results):
+    for r in (r for r in results.rows if r.rule == "gauss"):
+        e = r.errors
+        assert e[-1] < 1e-8, (r.refine, e)
         # Far beyond any order 2: a 4× increase of nodes gains more than 5 decades.
         assert e[0] / e[-1] > 1e5
-        assert r["decades_per_node"] > 0.5
+        assert r.decades_per_node > 0.5 and r.fit is None
         # and at the largest Gauss size it beats midpoint at its largest (more nodes) by far.
-        mid = next(m for m in res["rows"] if m["rule"] == "midpoint" and m["refine"] == r["refine"])
-        assert e[-1] < 1e-3 * mid["errors"][-1]
+        mid = next(m for m in results.rows if m.rule == "midpoint" and m.refine == r.refine)
+        assert e[-1] < 1e-3 * mid.errors[-1]
 
 
-def test_relu_kink_destroys_gauss_convergence(study):
-    _, res, _ = study
-    g = next(r for r in res["relu_rows"] if r["rule"] == "gauss")
-    smooth = next(r for r in res["rows"] if r["rule"] == "gauss" and r["refine"] == "features")
-    assert g["errors"][-1] > 1e4 * smooth["errors"][-1]
+def test_relu_kink_destroys_gauss_convergence(results):
+    g = next(r for r in results.relu_rows if r.rule == "gauss")
+    smooth = next(r for r in results.rows if r.rule == "gauss" and r.refine == "features")
+    assert g.errors[-1] > 1e4 * smooth.errors[-1]
+    assert g.decades_per_node < 0.3 and g.fit is not None
 
 
-def test_study_equivalence_report_and_plot(study):
-    _, res, out = study
-    assert res["equivalence"]["max_abs_difference"] < 1e-12
-    assert "**met**" in res["report"]
-    if wb.report.have_matplotlib():
-        assert (out / "resolution.png").stat().st_size > 10_000
+def test_verdict_yes_on_smoke(results):
+    text = resolution.verdict(results)
+    assert text.startswith("Yes. "), text
+    assert "converge at their order ± 0.3" in text and "threshold 0.3" in text
+    assert results.equivalence_max_abs_difference < 1e-12
 
 
-# ----------------------------------------------------------------------------------------------
-# bad input
+def test_verdict_flips(results):
+    def replace_row(rows, i, **change):
+        return [dataclasses.replace(r, **change) if j == i else r for j, r in enumerate(rows)]
+
+    low = dataclasses.replace(results.rows[0].fit, order=1.0)
+    one = dataclasses.replace(results, rows=replace_row(results.rows, 0, fit=low))
+    assert resolution.verdict(one).startswith("Partly. "), resolution.verdict(one)
+    assert "do NOT all converge" in resolution.verdict(one)
+    # In tolerance but flagged: order reduction is a failure too.
+    flagged = dataclasses.replace(results.rows[0].fit, order_reduction=True)
+    two = dataclasses.replace(results, rows=replace_row(results.rows, 0, fit=flagged))
+    assert resolution.verdict(two).startswith("Partly. ")
+    gauss = [i for i, r in enumerate(results.rows) if r.declared_order is None]
+    rows = replace_row(results.rows, 0, fit=low)
+    for i in gauss:
+        rows = replace_row(rows, i, decades_per_node=0.1)
+    none = dataclasses.replace(results, rows=rows)
+    assert resolution.verdict(none).startswith("No. "), resolution.verdict(none)
+    off = dataclasses.replace(results, equivalence_max_abs_difference=1e-3)
+    assert resolution.verdict(off).startswith("Partly. ") and "NOT met" in resolution.verdict(off)
 
 
-def test_unknown_rule_names_the_valid_rules():
-    with pytest.raises(ValueError, match=r"rule='simpson'.*midpoint, trapezoid, gauss"):
-        wba.quadrature_rule("simpson")
-    config = dataclasses.replace(resolution.smoke_config(), rules=("midpoint", "simpson"))
-    with pytest.raises(ValueError, match=r"rules='simpson'.*midpoint, trapezoid, gauss"):
-        resolution._check(config)
+def test_report_and_figure(results):
+    text = resolution.report(results)
+    assert text.count("**pass**") == len(results.rows) and "**FAIL**" not in text
+    assert f"max |Δ| = {results.equivalence_max_abs_difference:.1e}" in text
+    if have_matplotlib():
+        fig = resolution.figures(results)["resolution"]
+        labels = [t.get_text() for t in fig.axes[0].get_legend().texts]
+        assert f"midpoint: p = {results.rows[0].fit.order:.2f}" in labels
 
 
 @pytest.mark.parametrize("num", [1, 0, -3, True, 2.5])
@@ -207,22 +253,51 @@ def test_grid_sizes_below_two_are_rejected(num):
         wba.MidpointRule().nodes_weights(num)
 
 
-def test_bad_study_configs():
-    base = resolution.smoke_config()
-    cases = [
-        ({"sizes": (1, 8, 16, 32)}, r"sizes: grid size 1 must be an integer >= 2"),
-        ({"sizes": (8, 16, 32)}, r"sizes=.*at least 4 distinct grid sizes"),
-        ({"gauss_sizes": (4, 6, 8, 8)}, r"gauss_sizes=.*at least 4"),
-        ({"reference_size": 10}, r"reference_size=10 must exceed .* \(12\)"),
-        ({"fixed_size": 1}, r"fixed_size=1 must be an integer >= 2"),
-        ({"activation": "swish"}, r"activation='swish'.*gelu, tanh, relu"),
-        ({"tau": 0.0}, r"tau=0.0"),
-        ({"probes": (0.5, 1.5)}, r"probes="),
-        ({"rules": ()}, r"rules=\(\)"),
-    ]
-    for change, match in cases:
-        with pytest.raises(ValueError, match=match):
-            resolution._check(dataclasses.replace(base, **change))
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (
+            {"rules": ("midpoint", "simpson")},
+            "rules=('midpoint', 'simpson') is not allowed; valid choices: 'midpoint', 'trapezoid', 'gauss'",
+        ),
+        ({"rules": ()}, "rules=() is not allowed; give at least one value"),
+        ({"sizes": (1, 8, 16, 32)}, "sizes=(1, 8, 16, 32) is not allowed; allowed range [2, inf)"),
+        (
+            {"sizes": (8, 16, 32)},
+            "sizes=(8, 16, 32) is not allowed; give at least 4 distinct sizes",
+        ),
+        ({"gauss_sizes": (4, 6, 8, 8)}, "gauss_sizes=(4, 6, 8, 8) is not allowed; give at least 4"),
+        (
+            {"reference_size": 10},
+            "reference_size=10 is not allowed; it must exceed the largest of gauss_sizes (12)",
+        ),
+        ({"fixed_size": 1}, "fixed_size=1 is not allowed; allowed range [2, inf)"),
+        (
+            {"activation": "swish"},
+            "activation='swish' is not allowed; valid choices: 'gelu', 'tanh', 'relu'",
+        ),
+        ({"tau": 0.0}, "tau=0.0 is not allowed; every value must be finite and > 0"),
+        ({"probes": (0.5, 1.5)}, "probes=(0.5, 1.5) is not allowed; allowed range [0, 1]"),
+        ({"max_frequency": 0.5}, "max_frequency=0.5 is not allowed; allowed range [1, inf)"),
+        ({"min_gauss_rate": -1.0}, "min_gauss_rate=-1.0 is not allowed"),
+    ],
+)
+def test_bad_study_configs(change, match):
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        dataclasses.replace(resolution.smoke_config(), **change)
+
+
+def test_cli_rejects_bad_config_before_any_folder(tmp_path):
+    from studies.cli import main
+
+    out = tmp_path / "x"
+    assert main(["run", resolution.NAME, "--smoke", "--out", str(out), "--sizes", "8,16,32"]) == 2
+    assert not out.exists()
+
+
+def test_unknown_rule_names_the_valid_rules():
+    with pytest.raises(ValueError, match=r"rule='simpson'.*midpoint, trapezoid, gauss"):
+        wba.quadrature_rule("simpson")
 
 
 def test_bad_library_inputs(model_and_input):

@@ -5,6 +5,9 @@ and the commutator are closed-form; central differences for the JVPs; diffrax Do
 flow; `workbench.integrate` for the network schemes; observed orders by `fit_order` in float64.
 """
 
+import dataclasses
+import re
+
 import diffrax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +17,8 @@ import scipy.linalg
 import workbench as wb
 import workbench.analysis as wba
 from studies import splitting_error
+from studies._config import ConfigError
+from studies._report import have_matplotlib
 from tests.helpers import small_encoder
 
 S = wb.schemes
@@ -68,6 +73,7 @@ def test_linear_commutator_and_lie_error_closed_form(rng):
         np.testing.assert_allclose(got, exact, rtol=1e-7, atol=1e-11)
 
 
+@pytest.mark.slow
 def test_commutator_jvps_match_central_differences(rng):
     eq = _pre_norm(rng).localize(0)
     u = jnp.asarray(rng.standard_normal((4, 8)))
@@ -106,6 +112,7 @@ def test_lie_local_error_vector_is_half_tau_squared_commutator(rng):
     assert np.all(_norms(e + pred) / _norms(pred) > 1.9)
 
 
+@pytest.mark.slow
 def test_exact_step_matches_dopri8(rng):
     eq = _pre_norm(rng).localize(0)
     u = jnp.asarray(rng.standard_normal((4, 8)))
@@ -157,6 +164,7 @@ CASES = [  # placement, method, expected local slope, expected global order
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement, method, local_order, global_order", CASES)
 def test_observed_orders(problem, placement, method, local_order, global_order):
     eqs, u0 = problem
@@ -197,29 +205,167 @@ def test_post_norm_flow_stays_on_s1(problem):
 
 
 # ----------------------------------------------------------------------------------------------
+# Method names: the unsplit tableaux are not the diffrax solvers of METHODS
+
+
+def test_unsplit_methods_are_the_workbench_tableaux():
+    rk4 = wba.unsplit_method("unsplit-rk4")
+    assert isinstance(rk4, S.RK4) and wba.UNSPLIT_METHODS["unsplit-rk4"][1] == 4
+    # The diffrax "rk4" of METHODS has the same Butcher data but is another object (no `step`
+    # the splitting analysis can run).
+    diffrax_rk4 = wba.method_from_name("rk4")
+    assert not isinstance(diffrax_rk4, S.RK4)
+    np.testing.assert_allclose(
+        wba.stability_function(rk4).coefficients,
+        wba.stability_function(diffrax_rk4).coefficients,
+        rtol=1e-15,
+    )
+    for name, (ctor, order, family) in wba.UNSPLIT_METHODS.items():
+        assert ctor().order() == order and family == "unsplit", name
+    with pytest.raises(ValueError, match="'rk4' is not known; valid: unsplit-euler"):
+        wba.unsplit_method("rk4")
+
+
+# ----------------------------------------------------------------------------------------------
 # The study, at its smoke size
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    out = tmp_path_factory.mktemp("splitting")
-    config = splitting_error.smoke_config()
-    return config, splitting_error.main(config, out), out
+def results():
+    return splitting_error.compute(splitting_error.smoke_config())
 
 
-def test_study_acceptance_numbers(study):
-    config, res, out = study
-    com = res["commutator"]
-    assert abs(com["smallest_tau_ratio"] - 1) < 0.05 and com["within_5_percent"]
-    assert com["vector_relative_deviation"][-1] < 0.01
-    rows = {(r["placement"], r["scheme"], r["subflows"]): r for r in res["rows"]}
-    assert abs(rows["pre", "strang", "exact"]["local_fit"]["order"] - 3) <= 0.3
-    assert abs(rows["pre", "lie", "exact"]["global_fit"]["order"] - 1) <= 0.3
-    assert abs(rows["post", "strang", "exact"]["global_fit"]["order"] - 1) <= 0.3
-    assert "within 5 % of 1" in res["report"] and "(within 3 ± 0.3)" in res["report"]
-    if wb.report.have_matplotlib():
-        for name in ("splitting_local_error", "splitting_global_error", "splitting_placement"):
-            assert (out / f"{name}.png").stat().st_size > 10_000
+def _rows(results):
+    return {(r.placement, r.scheme, r.subflows): r for r in results.rows}
+
+
+def test_study_numbers(results):
+    com = results.commutator
+    assert abs(com.smallest_tau_ratio - 1) < 0.01
+    assert com.vector_relative_deviation[-1] < 0.01
+    assert abs(com.vector_deviation_fit.order - 1) <= 0.1  # the O(τ³) remainder
+    rows = _rows(results)
+    assert abs(rows["pre", "strang", "exact"].local_fit.order - 3) <= 0.3
+    for scheme, order in (("lie", 1), ("strang", 2), ("yoshida4", 4), ("unsplit-rk4", 4)):
+        sub = "-" if scheme == "unsplit-rk4" else "exact"
+        fit = rows["pre", scheme, sub].global_fit
+        assert abs(fit.order - order) <= 0.3 and not fit.order_reduction, (scheme, fit)
+    # Post-norm: the splittings fall to order 1 (local slope 2), the projection method keeps 4.
+    for scheme in ("lie", "strang", "yoshida4"):
+        row = rows["post", scheme, "exact"]
+        assert abs(row.global_fit.order - 1) <= 0.3 and abs(row.local_fit.order - 2) <= 0.3
+    assert rows["post", "strang", "exact"].global_fit.order_reduction
+    assert abs(rows["post", "unsplit-rk4", "-"].global_fit.order - 4) <= 0.3
+
+
+def test_verdict_yes_on_smoke(results):
+    text = splitting_error.verdict(results)
+    assert text.startswith("Yes. "), text
+    assert "size and sign confirmed" in text and "all kept" in text
+    assert "Strang, Yoshida 4 lose their classical order" in text
+    assert "Post-norm unsplit RK4 (the projection method): order 4.01, keeps order 4" in text
+
+
+def _with_fit(results, key, **change):
+    rows = [
+        dataclasses.replace(r, global_fit=dataclasses.replace(r.global_fit, **change))
+        if (r.placement, r.scheme, r.subflows) == key
+        else r
+        for r in results.rows
+    ]
+    return dataclasses.replace(results, rows=rows)
+
+
+def test_verdict_flips(results):
+    low = _with_fit(results, ("pre", "yoshida4", "exact"), order=1.0)
+    assert splitting_error.verdict(low).startswith("Partly. "), splitting_error.verdict(low)
+    assert "not at their classical order: Yoshida 4" in splitting_error.verdict(low)
+    # In tolerance, but fit_order flags order reduction: not kept either.
+    flagged = _with_fit(results, ("pre", "strang", "exact"), order_reduction=True)
+    assert "not at their classical order: Strang" in splitting_error.verdict(flagged)
+    bad = dataclasses.replace(
+        results.commutator, smallest_tau_ratio=1.2, ratio=np.r_[results.commutator.ratio[:-1], 1.2]
+    )
+    wrong = dataclasses.replace(results, commutator=bad)
+    assert splitting_error.verdict(wrong).startswith("Partly. ")
+    assert "NOT confirmed" in splitting_error.verdict(wrong)
+    # The opposite sign: the norms agree, the vectors do not.
+    flipped = dataclasses.replace(
+        results.commutator,
+        vector_relative_deviation=np.full_like(results.commutator.vector_relative_deviation, 2.0),
+    )
+    both = dataclasses.replace(low, commutator=flipped)
+    assert splitting_error.verdict(both).startswith("No. ")
+    post = _with_fit(results, ("post", "strang", "exact"), order=2.0)
+    assert "not all at order 1 ± 0.3" in splitting_error.verdict(post)
+
+
+def test_report_and_figures(results):
+    text = splitting_error.report(results)
+    assert "| post-norm | Strang      | exact     |" in text
+    assert f"**{results.commutator.smallest_tau_ratio:.5f}**" in text
+    if have_matplotlib():
+        figs = splitting_error.figures(results)
+        assert set(figs) == {
+            "splitting_local_error",
+            "splitting_global_error",
+            "splitting_placement",
+        }
+        labels = [
+            t.get_text() for ax in figs["splitting_placement"].axes for t in ax.get_legend().texts
+        ]
+        strang = _rows(results)["post", "strang", "exact"].global_fit.order
+        assert f"post: Strang (order {strang:.2f}, order reduction)" in labels
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (
+            {"schemes": ("lie", "trotter")},
+            "schemes=('lie', 'trotter') is not allowed; valid choices",
+        ),
+        ({"schemes": ("strang",)}, "schemes=('strang',) is not allowed; include 'lie'"),
+        ({"schemes": ()}, "schemes=() is not allowed; give at least one"),
+        ({"placements": ("middle",)}, "placements=('middle',) is not allowed; valid choices"),
+        (
+            {"num_heads": 3},
+            "num_heads=3 is not allowed; it must divide d=8; valid: [1, 2, 4, 8]",
+        ),
+        ({"local_taus": (0.1, 0.05)}, "local_taus=(0.1, 0.05) is not allowed; give at least 3"),
+        (
+            {"local_taus": (0.1, -0.05, 0.01)},
+            "local_taus=(0.1, -0.05, 0.01) is not allowed; every value must be finite and > 0",
+        ),
+        (
+            {"steps_per_layer": (2, 4, 4)},
+            "steps_per_layer=(2, 4, 4) is not allowed; the values must be distinct",
+        ),
+        ({"subflow_substeps": 0}, "subflow_substeps=0 is not allowed"),
+        (
+            {"reference_steps_per_layer": 64},
+            "reference_steps_per_layer=64 is not allowed; it must be at least 4 × max(steps_per_layer) = 128",
+        ),
+        (
+            {"commutator_tolerance": 1.5},
+            "commutator_tolerance=1.5 is not allowed; allowed range (0, 1)",
+        ),
+        ({"order_tolerance": -0.3}, "order_tolerance=-0.3 is not allowed"),
+    ],
+)
+def test_bad_config(change, match):
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        dataclasses.replace(splitting_error.smoke_config(), **change)
+
+
+def test_cli_rejects_bad_config_before_any_folder(tmp_path):
+    from studies.cli import main
+
+    out = tmp_path / "x"
+    assert (
+        main(["run", splitting_error.NAME, "--smoke", "--out", str(out), "--num_heads", "3"]) == 2
+    )
+    assert not out.exists()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -265,22 +411,3 @@ def test_bad_library_input(rng):
     )
     with pytest.raises(ValueError, match="project onto different sets"):
         wba.local_errors(mixed, u, [0.1], S.Strang())
-
-
-@pytest.mark.parametrize(
-    "field, value, match",
-    [
-        ("schemes", ("lie", "trotter"), "schemes: 'trotter' is not known; valid: lie, strang"),
-        ("placements", ("middle",), "placements: 'middle' is not known; valid: pre, post"),
-        ("num_heads", 3, r"num_heads=3 does not divide d=8; valid head counts: \[1, 2, 4, 8\]"),
-        ("local_taus", (0.1, 0.05), "local_taus=.* needs at least 3 steps > 0"),
-        ("steps_per_layer", (1, 2, 0), "steps_per_layer=.* needs at least 3 positive"),
-        ("subflow_substeps", 0, "subflow_substeps=0 must be >= 1"),
-    ],
-)
-def test_bad_config(tmp_path, field, value, match):
-    import dataclasses
-
-    config = dataclasses.replace(splitting_error.smoke_config(), **{field: value})
-    with pytest.raises(ValueError, match=match):
-        splitting_error.main(config, tmp_path)

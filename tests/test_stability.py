@@ -2,7 +2,9 @@
 predicted vs observed maximal stable steps on linear fields with known spectra, dense vs
 matrix-free spectra, Lipschitz and Lyapunov oracles, and bad input."""
 
+import dataclasses
 import math
+import re
 
 import diffrax
 import jax
@@ -12,6 +14,9 @@ import pytest
 import scipy.linalg
 
 import workbench as wb
+from studies import stability
+from studies._config import ConfigError
+from studies._report import have_matplotlib
 from workbench import analysis as wa
 
 from helpers import small_encoder
@@ -129,6 +134,7 @@ def prenorm():
     return m, u
 
 
+@pytest.mark.slow
 def test_dense_vs_arnoldi_and_term_sum(prenorm):
     m, u = prenorm
     fields = wa.term_fields(m.equation, 0.5)
@@ -192,20 +198,126 @@ def test_bad_input():
         wa.arnoldi_eigenvalues(lambda v: v, jnp.ones(3), num_eigenvalues=5, krylov_dim=4)
 
 
-def test_study_smoke(tmp_path):
-    from studies import stability
+def test_matrix_with_spectrum_and_spectral_projector(rng):
+    eigs = np.array([-2.0, -0.5, 0.3, -1.0 + 2.0j, -1.0 - 2.0j, 0.2 - 1.0j, 0.2 + 1.0j])
+    s = np.eye(7) + 0.3 * rng.normal(size=(7, 7)) / np.sqrt(7)
+    jac = wa.matrix_with_spectrum(eigs, similarity=s)
+    assert jac.dtype == np.float64
+    np.testing.assert_allclose(
+        np.sort_complex(np.linalg.eigvals(jac)), np.sort_complex(eigs), atol=1e-12
+    )
+    # Without a similarity the matrix is the real block form itself (normal).
+    block = wa.matrix_with_spectrum(eigs[3:5])
+    np.testing.assert_allclose(block, [[-1.0, 2.0], [-2.0, -1.0]])
+    with pytest.raises(ValueError, match="no conjugate"):
+        wa.matrix_with_spectrum([-1.0 + 2.0j, -1.0])
+    # The projector onto the 4 decaying modes: idempotent, commutes with J, rank 4, and J on its
+    # range has exactly the decaying eigenvalues.
+    p, k = wa.spectral_projector(jac, cutoff=1e-8)
+    assert k == 4
+    np.testing.assert_allclose(p @ p, p, atol=1e-12)
+    np.testing.assert_allclose(p @ jac, jac @ p, atol=1e-12)
+    assert np.linalg.matrix_rank(p, tol=1e-8) == 4
+    on_range = np.linalg.eigvals(jac @ p)
+    kept = np.sort_complex(on_range[np.abs(on_range) > 1e-9])
+    np.testing.assert_allclose(kept, np.sort_complex(eigs[eigs.real < 0]), atol=1e-10)
+    assert wa.spectral_projector(np.eye(3)) == (None, 0)  # no mode decays
+    np.testing.assert_allclose(wa.spectral_projector(-np.eye(3))[0], np.eye(3))
 
-    config = stability.smoke_config()
-    res = stability.main(config, tmp_path)
-    for row in res["linear"]:
+
+# ----------------------------------------------------------------------------------------------
+# The study, at its smoke size
+
+
+@pytest.fixture(scope="module")
+def results():
+    return stability.compute(stability.smoke_config())
+
+
+def test_study_numbers(results):
+    for row in results.linear:
         # Every linear case, including eigenvalues near the imaginary axis (the rate criterion).
-        assert abs(row["rel_diff"]) <= 0.02, row
-    for layer in res["model"]:
-        assert layer["arnoldi_rel_error"] < 1e-5
-        for r in layer["steps"].values():
-            assert abs(r["rel_diff"]) <= 0.05, r
-        assert layer["steps"]["rk4"]["rel_diff"] < 0.02
-    assert res["lipschitz"]["vs_beta"][-1] > res["lipschitz"]["vs_beta"][0]
-    assert (tmp_path / "stability_regions.png").exists()
-    with pytest.raises(ValueError, match="methods"):
-        stability.main(stability.Config(methods=("bogus",)), tmp_path)
+        assert abs(row.rel_diff) <= 0.02, row
+    assert results.linear_max_abs_rel_diff <= 0.02
+    for layer in results.model:
+        assert layer.arnoldi_rel_error < 1e-5
+        assert layer.num_decaying + layer.num_growing <= 8 * 4
+        for r in layer.steps.values():
+            assert abs(r.rel_diff) <= 0.05, r
+        assert layer.steps["unsplit-rk4"].rel_diff < 0.02
+    assert results.lipschitz.vs_beta[-1] > results.lipschitz.vs_beta[0]
+    # The region polynomials: RK4's is the same for the tableau and the diffrax solver.
+    np.testing.assert_allclose(
+        results.rk_regions["unsplit-rk4"], [1, 1, 1 / 2, 1 / 6, 1 / 24], rtol=1e-13
+    )
+    np.testing.assert_allclose(results.split_regions["lie[Euler]"], [1, 1, 0.25], atol=1e-15)
+
+
+def test_verdict_yes_on_smoke(results):
+    text = stability.verdict(results)
+    assert text.startswith("Yes. "), text
+    assert "(tolerance 0.02)" in text and "(tolerance 0.05)" in text
+
+
+def test_verdict_flips(results):
+    bad = dataclasses.replace(
+        results.linear[0], observed=2 * results.linear[0].predicted, rel_diff=1.0
+    )
+    linear = dataclasses.replace(results, linear=[bad, *results.linear[1:]])
+    assert stability.verdict(linear).startswith("Partly. "), stability.verdict(linear)
+    layer = results.model[0]
+    steps = {k: dataclasses.replace(r, rel_diff=float("nan")) for k, r in layer.steps.items()}
+    model = [dataclasses.replace(layer, steps=steps), *results.model[1:]]
+    both = dataclasses.replace(linear, model=model)
+    assert stability.verdict(both).startswith("No. "), stability.verdict(both)
+    assert "NOT met" in stability.verdict(both)
+
+
+def test_report_and_figures(results):
+    text = stability.report(results)
+    assert "| split (non-commuting) | LieTrotter[Euler] |" in text
+    assert f"largest {results.lyapunov_exponents[0]:.4g}" in text
+    if have_matplotlib():
+        figs = stability.figures(results)
+        assert set(figs) == {
+            "stability_regions",
+            "spectra",
+            "max_stable_step",
+            "lipschitz",
+            "lyapunov",
+        }
+        labels = [t.get_text() for t in figs["stability_regions"].axes[0].get_legend().texts]
+        assert labels[:5] == ["unsplit-euler", "unsplit-heun", "unsplit-rk4", "tsit5", "dopri5"]
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"methods": ("rk4",)}, "methods=('rk4',) is not allowed; valid choices: 'unsplit-euler'"),
+        ({"methods": ()}, "methods=() is not allowed; give at least one value"),
+        ({"splittings": ("trotter",)}, "splittings=('trotter',) is not allowed; valid choices"),
+        ({"linear_dim": 3}, "linear_dim=3 is not allowed; allowed range [4, inf)"),
+        ({"growth": 1.0}, "growth=1.0 is not allowed; allowed range (1, inf)"),
+        (
+            {"betas": (0.5, -1.0)},
+            "betas=(0.5, -1.0) is not allowed; every value must be finite and > 0",
+        ),
+        ({"heads": 3}, "heads=3 is not allowed; it must divide d=8: [1, 2, 4, 8]"),
+        (
+            {"model_rate_tol": -1e-4},
+            "model_rate_tol=-0.0001 is not allowed; every value must be finite and >= 0",
+        ),
+        ({"linear_tolerance": 0.0}, "linear_tolerance=0.0 is not allowed"),
+    ],
+)
+def test_bad_config(change, match):
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        dataclasses.replace(stability.smoke_config(), **change)
+
+
+def test_cli_rejects_bad_config_before_any_folder(tmp_path):
+    from studies.cli import main
+
+    out = tmp_path / "x"
+    assert main(["run", "stability", "--smoke", "--out", str(out), "--methods", "rk4"]) == 2
+    assert not out.exists()

@@ -35,6 +35,7 @@ def _brute_force_s1(v, sigma1, sigma2, starts=20, seed=0):
     return best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [3, 4, 6])
 def test_layer_norm_projection_is_the_argmin(d, rng):
     sigma1, sigma2 = 0.3, 1.7

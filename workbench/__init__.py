@@ -6,8 +6,8 @@ The public API is re-exported here; submodules starting with `_` are private.
 from . import (
     analysis as analysis,
     architectures as architectures,
+    io as io,
     particles as particles,
-    report as report,
     schemes as schemes,
     solvers as solvers,
     terms as terms,
@@ -32,6 +32,7 @@ from ._formulations import (
     Penalty as Penalty,
     Projected as Projected,
 )
-from ._integrate import Solution as Solution, integrate as integrate
+from ._integrate import integrate as integrate
+from ._solution import RESULTS as RESULTS, Solution as Solution
 
 __version__ = "0.1.0"

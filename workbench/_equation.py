@@ -4,7 +4,7 @@ import abc
 
 import equinox as eqx
 
-from ._controls import AbstractControl
+from ._controls import AbstractControl, Constant
 from ._types import KeyMask, Tokens
 from .schemes._runge_kutta import AbstractExplicitRK
 from .terms._base import AbstractProjection
@@ -25,7 +25,7 @@ class AbstractPlacement(eqx.Module):
 class PostNorm(AbstractPlacement):
     r"""Solve `u_t = G_k(u)`, then project: `u ← P_k(φ^{G_k}_h(u))` (post-LN, BERT, Vaswani 2017).
 
-    With Euler and h = 1: `LN(u + G(u))`. The continuous limit is the projected ODE (MATH.md §1.4).
+    With Euler and h = 1: `LN(u + G(u))`. The continuous limit is the projected ODE (docs/equations.md).
     """
 
     def subflow(self, rk, term_at, proj_at, t, u, h, mask):
@@ -109,6 +109,17 @@ class Equation(eqx.Module):
     def is_piecewise_constant(self) -> bool:
         return all(c.is_piecewise_constant for c in self._controls())
 
+    @property
+    def width(self) -> int | None:
+        """The feature width d of the states, read off the first term that knows it (`None` if
+        no term does, e.g. a custom term without a `width`)."""
+        for op in self.operators:
+            term = op.term.value if isinstance(op.term, Constant) else op.term.values
+            width = getattr(term, "width", None)
+            if width is not None:
+                return int(width)
+        return None
+
     def localize(self, piece) -> "Equation":
         """The same equation with every control restricted to piece (layer) `piece`."""
         ops = tuple(
@@ -154,7 +165,7 @@ class Equation(eqx.Module):
         r"""The full field `Σ_k G_k(u; θ(t))` (pre-norm: `Σ_k G_k(P_k(u))`).
 
         For post-norm equations this is the unconstrained drift; the constraints act through the
-        projections of the schemes (or the projected ODE of MATH.md §1.4).
+        projections of the schemes (or the projected ODE of docs/equations.md).
         """
         out = None
         for op in self.operators:

@@ -1,5 +1,5 @@
 r"""Which continuous equation a diffrax solver integrates: the natural field, the projected ODE,
-or the penalty (Moreau–Yosida) form (MATH.md §1.4)."""
+or the penalty (Moreau–Yosida) form (docs/equations.md, 'The constrained limit')."""
 
 import abc
 
@@ -77,7 +77,7 @@ class Natural(AbstractFormulation):
 
 
 class Projected(AbstractFormulation):
-    r"""The projected ODE `u_t = P_{T_u S}(Σ_k G_k(u))` on the constraint set `S` (MATH.md §1.4).
+    r"""The projected ODE `u_t = P_{T_u S}(Σ_k G_k(u))` on the constraint set `S` (docs/equations.md).
 
     `S` is the set of the last operator's projection (the LayerNorm set where a post-norm
     layer's output lives; for models with one norm per operator this is a modelling choice: the

@@ -5,40 +5,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
 
+from ._controls import Constant
 from ._equation import Equation
+from ._solution import RESULTS, Solution
 from ._types import KeyMask, Tokens
 from .schemes._splitting import AbstractSplittingScheme, check_stages
-
-
-class Solution(eqx.Module):
-    """The result of `integrate`.
-
-    **Fields:**
-
-    - `u1`: the state at `T` (before the output map).
-    - `y`: the output, `output_map(u1)` (the model's final hidden state).
-    - `ts`, `us`: step end times and states, when `save_steps=True` (else `None`).
-    - `num_steps`, `num_evaluations`: steps taken and term evaluations (vector-field calls), as
-      Python ints when known at trace time (splitting schemes with a static step count), else
-      `None` (see `stats`).
-    - `first_nonfinite_step`: index of the first step (splitting) or layer (diffrax) whose
-      result held NaN/inf, or −1.
-    - `stats`: run-time statistics as arrays: `num_steps`, `num_evaluations` (splitting and
-      diffrax; `-1` where unknown, e.g. implicit solvers' Newton iterations), and for diffrax
-      `num_accepted_steps`, `num_rejected_steps`, `failed_piece` (first layer whose solve
-      failed, −1) and `result` (the diffrax `RESULTS` code of that failure, 0 = success).
-    """
-
-    u1: Tokens
-    y: Tokens
-    ts: Float[Array, " steps"] | None
-    us: Float[Array, "steps n d"] | None
-    num_steps: int | None = eqx.field(static=True)
-    num_evaluations: int | None = eqx.field(static=True)
-    first_nonfinite_step: Int[Array, ""]
-    stats: dict = eqx.field(default_factory=dict)
+from .terms._mask import check_mask
 
 
 def _check_num_steps(equation: Equation, num_steps) -> int:
@@ -57,7 +30,7 @@ def _check_num_steps(equation: Equation, num_steps) -> int:
     return num_steps
 
 
-def check_tokens(u, name: str = "u", d: int | None = None) -> None:
+def check_tokens(u, name: str = "u", d: int | None = None, *, owner: str = "this model") -> None:
     """Trace-time shape check of one sequence `(n, d)`, naming the fix."""
     shape = getattr(u, "shape", None)
     if shape is None or len(shape) != 2:
@@ -66,9 +39,38 @@ def check_tokens(u, name: str = "u", d: int | None = None) -> None:
             "Batch with jax.vmap(model)(batch)."
         )
     if d is not None and shape[1] != d:
-        raise ValueError(f"{name} has {shape[1]} features; this model expects d = {d}.")
+        raise ValueError(
+            f"{name} has {shape[1]} features; {owner} expects d = {d} (got shape {tuple(shape)})."
+        )
     if not jnp.issubdtype(u.dtype, jnp.floating):
         raise ValueError(f"{name} must be a floating array; got dtype {u.dtype}.")
+
+
+def check_dtype(controls, u, name: str = "u0") -> None:
+    """Trace-time check that the state's floating dtype is that of the floating arrays of
+    `controls` (an `Equation`, a model): no silent promotion.
+
+    The dtypes are compared as JAX uses them: with x64 off a NumPy float64 input is float32.
+    """
+    want = {
+        jax.dtypes.canonicalize_dtype(x.dtype)
+        for x in jax.tree.leaves(eqx.filter(controls, eqx.is_inexact_array))
+    }
+    got = jax.dtypes.canonicalize_dtype(u.dtype)
+    if not want or want == {got}:
+        return
+    names = " and ".join(sorted(str(w) for w in want))
+    if len(want) > 1:
+        raise ValueError(
+            f"the controls (the model's weights) mix the dtypes {names}; give them one dtype "
+            "(the loaders take dtype=, e.g. dtype=jnp.float32)."
+        )
+    (w,) = want
+    raise ValueError(
+        f"{name} has dtype {got} but the controls (the model's weights) are {w}; the library "
+        f"does not promote silently. Cast the input, {name}.astype(jnp.{w}), or load the weights "
+        f"with dtype=jnp.{got}."
+    )
 
 
 def integrate(
@@ -92,10 +94,18 @@ def integrate(
     steps of size `τ = T / num_steps`; each applies the scheme's substeps `(k, a)`: the sub-flow
     of operator `k` over `a τ`, solved by one step of `scheme.inner`. Time-dependent controls are
     handled by the augmented autonomous system: the clock advances only in operator 0's
-    substeps, so the composition keeps its order for interpolated controls too. The steps are a
-    `lax.scan`, so compile time does not grow with depth. With `LieTrotter()` (explicit Euler
-    sub-flows) and one step per layer this is exactly the network: `LN(u + MHA(u))`, … for
-    post-norm, `u + MHA(LN(u))`, … for pre-norm.
+    substeps. For smooth θ(t) every composition keeps its order. `Interpolated` controls are only
+    piecewise linear, with kinks at the layer midpoints (measured on the pre-norm encoder): with
+    the kinks on step boundaries (`num_steps` a multiple of twice the layer count) Lie, Strang
+    and Suzuki4 keep their orders 1, 2 and 4, but Yoshida4, whose negative middle weight sends
+    its clock outside the step (to `t + 1.35τ` and `t − 0.35τ`) across the kinks, converges at
+    order 2 (4 with piecewise-constant controls); with kinks inside steps both fourth-order
+    compositions converge at order 2. The steps are a `lax.scan`, so compile time does not grow
+    with depth. With `LieTrotter()` (explicit Euler sub-flows) and one step per layer this is
+    exactly the network: `LN(u + MHA(u))`, … for post-norm, `u + MHA(LN(u))`, … for pre-norm.
+    On a post-norm equation every "sub-flow, then project" composition converges at order 1
+    only, whatever the scheme's order; the projected ODE keeps a solver's order (a diffrax
+    solver with `formulation=Projected()`, below).
 
     **diffrax solvers** (`diffrax.Tsit5()`, `Dopri8()`, `Heun()`, `Kvaerno5()`, `KenCarp4()`,
     `workbench.solvers.ClassicalRK4()`, ...): the continuous equation chosen by `formulation`
@@ -107,7 +117,10 @@ def integrate(
     **Arguments:**
 
     - `equation`: the `Equation`.
-    - `u0`: initial tokens `(n, d)`.
+    - `u0`: initial tokens `(n, d)`, `d` the equation's width, and the dtype of the controls:
+      a float32 `u0` with float64 weights (or the reverse, with x64 on) is a `ValueError`, not a
+      silent promotion; cast with `u0.astype(...)`. (With x64 off, JAX's default, float64 arrays
+      do not exist: NumPy float64 inputs become float32.)
     - `method`: a splitting scheme or a diffrax solver.
     - `num_steps`: number of uniform steps over `[0, T]`; a multiple of the layer count for
       piecewise-constant controls. May be a traced integer (inside `jax.jit`), so a ladder of
@@ -117,7 +130,11 @@ def integrate(
       `Penalty(epsilon)`.
     - `dt0`: diffrax only: the initial step of an adaptive solve (`None`: diffrax's guess).
     - `max_steps`: diffrax only: the most steps per layer.
-    - `mask`: optional key padding mask `(n,)` (True = real token).
+    - `mask`: optional key-padding mask `(n,)`: True (or integer 1) = attend to the token,
+      False (or 0) = padding — Hugging Face's `attention_mask` convention, the opposite of torch's
+      `src_key_padding_mask` (pass `~mask`). Floating masks, other shapes, integers other than
+      0/1 and masks with no real token are rejected (see `workbench.terms.check_mask`; value
+      checks run via `eqx.error_if` under `jit`).
     - `save_steps`: splitting only: also return the state after every step.
     - `throw`: raise if the initial state holds NaN/inf or the solve failed (NaN/inf, max steps),
       naming the step (splitting) or layer (diffrax); with `False` the failure is returned in
@@ -128,7 +145,10 @@ def integrate(
     """
     import diffrax
 
-    check_tokens(u0, "u0")
+    check_tokens(u0, "u0", equation.width, owner="this equation")
+    check_dtype(equation, u0, "u0")
+    u0 = jnp.asarray(u0)  # a NumPy float64 input is float32 to JAX when x64 is off
+    mask = check_mask(mask, u0.shape[0], name="mask", causal=_is_causal(equation))
     if isinstance(method, diffrax.AbstractSolver):
         from ._integrate_diffrax import integrate_diffrax
 
@@ -221,8 +241,18 @@ def integrate(
         num_steps=num_steps,
         num_evaluations=evals,
         first_nonfinite_step=bad,
+        result=RESULTS.where(bad >= 0, RESULTS.nonfinite_state, RESULTS.successful),
         stats={"num_steps": jnp.asarray(num_steps), "num_evaluations": jnp.asarray(evals)},
     )
+
+
+def _is_causal(equation: Equation) -> bool:
+    """Whether some term of `equation` is causal attention (a key mask must then keep token 0)."""
+    for op in equation.operators:
+        term = op.term.value if isinstance(op.term, Constant) else op.term.values
+        if getattr(term, "causal", False):
+            return True
+    return False
 
 
 def _integrate_traced(equation, u0, advance, num_steps, per_step, save_steps, throw, u0_name):
@@ -268,5 +298,6 @@ def _integrate_traced(equation, u0, advance, num_steps, per_step, save_steps, th
         num_steps=None,
         num_evaluations=None,
         first_nonfinite_step=bad,
+        result=RESULTS.where(bad >= 0, RESULTS.nonfinite_state, RESULTS.successful),
         stats={"num_steps": num_steps, "num_evaluations": num_steps * per_step},
     )

@@ -8,6 +8,7 @@ import numpy as np
 
 from ._equation import Equation
 from ._formulations import AbstractFormulation, default_formulation
+from ._solution import RESULTS, Solution
 from .solvers._projected import ProjectedSolver
 from .solvers._rk4 import ClassicalRK4
 
@@ -106,8 +107,7 @@ def _solve_pieces(
                 sol.stats["num_rejected_steps"],
             ]
         )
-        code = jnp.asarray(sol.result._value, jnp.int32)
-        return sol.ys[-1], (stats, code)
+        return sol.ys[-1], (stats, _result(sol.result))
 
     u1, (stats, codes) = jax.lax.scan(solve_piece, u_start, jnp.arange(pieces))
     return u1, stats, codes
@@ -128,8 +128,6 @@ def integrate_diffrax(
     u0_name: str,
 ):
     """See `workbench.integrate` (the diffrax path)."""
-    from ._integrate import Solution
-
     if formulation is None:
         formulation = default_formulation(equation)
     if not isinstance(formulation, AbstractFormulation):
@@ -207,7 +205,7 @@ def integrate_diffrax(
         length=length,
     )
     totals = stats.sum(axis=0)
-    failed = codes != diffrax.RESULTS.successful._value
+    failed = codes != RESULTS.successful
     first_failed = jnp.where(jnp.any(failed), jnp.argmax(failed), -1)
     nonfinite = ~jnp.all(jnp.isfinite(u1))
     if throw:
@@ -230,7 +228,12 @@ def integrate_diffrax(
         evaluations = jnp.asarray(-1, steps.dtype)
     else:
         evaluations = steps * per_step[0] + pieces * per_step[1]
-    result_code = jnp.where(first_failed >= 0, codes[jnp.maximum(first_failed, 0)], 0)
+    at_failure = jax.tree.map(lambda v: v[jnp.maximum(first_failed, 0)], codes)
+    result = RESULTS.where(
+        first_failed >= 0,
+        at_failure,
+        RESULTS.where(nonfinite, RESULTS.nonfinite_state, RESULTS.successful),
+    )
     return Solution(
         u1=u1,
         y=equation.output_map(u1),
@@ -239,12 +242,25 @@ def integrate_diffrax(
         num_steps=None,
         num_evaluations=None,
         first_nonfinite_step=jnp.where(nonfinite, first_failed, -1),
+        result=result,
         stats={
             "num_steps": steps,
             "num_accepted_steps": totals[1],
             "num_rejected_steps": totals[2],
             "num_evaluations": evaluations,
             "failed_piece": first_failed,
-            "result": result_code,
         },
+    )
+
+
+def _result(diffrax_result) -> RESULTS:
+    """A diffrax result as a workbench `RESULTS` item."""
+    return RESULTS.where(
+        diffrax_result == diffrax.RESULTS.successful,
+        RESULTS.successful,
+        RESULTS.where(
+            diffrax_result == diffrax.RESULTS.max_steps_reached,
+            RESULTS.max_steps_reached,
+            RESULTS.solver_failed,
+        ),
     )

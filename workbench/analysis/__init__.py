@@ -9,7 +9,12 @@ from ._convergence import (
     error_ladder as error_ladder,
     reference_solution as reference_solution,
 )
-from ._order import OrderFit as OrderFit, fit_order as fit_order
+from ._order import (
+    DEFAULT_ROUNDOFF as DEFAULT_ROUNDOFF,
+    OrderFit as OrderFit,
+    fit_order as fit_order,
+    roundoff_level as roundoff_level,
+)
 from ._plan import (
     METHODS as METHODS,
     DiscretizationPlan as DiscretizationPlan,
@@ -23,6 +28,7 @@ from ._quadrature import (
     Grid as Grid,
     MidpointRule as MidpointRule,
     TrapezoidRule as TrapezoidRule,
+    exponential_rate as exponential_rate,
     quadrature_rule as quadrature_rule,
 )
 from ._resolution import (
@@ -39,16 +45,22 @@ from ._spectra import (
     jacobian_spectrum as jacobian_spectrum,
     lipschitz_estimate as lipschitz_estimate,
     lyapunov_exponents as lyapunov_exponents,
+    matrix_with_spectrum as matrix_with_spectrum,
+    spectral_projector as spectral_projector,
     term_fields as term_fields,
 )
 from ._splitting import (
+    UNSPLIT_METHODS as UNSPLIT_METHODS,
     exact_step as exact_step,
+    operator_fields as operator_fields,
+    splitting_step as splitting_step,
+    unsplit_method as unsplit_method,
+    vector_field_commutator as vector_field_commutator,
+)
+from ._splitting_errors import (
     global_errors as global_errors,
     local_errors as local_errors,
-    operator_fields as operator_fields,
     splitting_flow as splitting_flow,
-    splitting_step as splitting_step,
-    vector_field_commutator as vector_field_commutator,
 )
 from ._stability import (
     StabilityFunction as StabilityFunction,

@@ -18,23 +18,56 @@ from ._order import OrderFit, fit_order
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
-    """A reference solution: Dopri8 with `steps_per_layer` fixed steps per layer.
+    """A reference solution by Dopri8: `steps_per_layer` fixed steps per layer, or adaptive steps
+    at tolerance `rtol` (then `steps_per_layer` is `None`).
 
-    `error_estimate` is Richardson's estimate of its own error,
-    `‖u(k) − u(k/2)‖_∞ / (2⁸ − 1)` (Dopri8 is order 8), a check that it is far below the errors
-    it will measure.
+    `error_estimate` checks that it is far below the errors it will measure: with fixed steps,
+    Richardson's estimate `‖u(k) − u(k/2)‖_∞ / (2⁸ − 1)` (Dopri8 is order 8, on smooth fields);
+    adaptive, `‖u(rtol) − u(10 rtol)‖_∞`, which assumes no order (for fields that are only
+    Lipschitz, such as a ReLU feed-forward, where the adaptive steps shrink at the kinks).
     """
 
     u1: np.ndarray
-    steps_per_layer: int
+    steps_per_layer: int | None
     error_estimate: float
     seconds: float
+    rtol: float | None = None
 
 
 def reference_solution(
-    equation: Equation, u0, *, formulation=None, steps_per_layer: int = 256
+    equation: Equation,
+    u0,
+    *,
+    formulation=None,
+    steps_per_layer: int = 256,
+    rtol: float | None = None,
+    max_steps: int = 10**6,
 ) -> Reference:
-    """Dopri8 with fixed steps (`steps_per_layer` per layer) and a Richardson check at half."""
+    """Dopri8 with fixed steps (`steps_per_layer` per layer) and a Richardson check at half; or,
+    given `rtol`, adaptive Dopri8 (PID controller, `rtol = atol`, at most `max_steps` steps per
+    layer) checked against `10 rtol` (one compilation for both)."""
+    if rtol is not None:
+        if not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
+            raise ValueError(f"rtol={rtol!r} must be a number in (0, 1).")
+        kwargs = {} if formulation is None else {"formulation": formulation}
+
+        def adaptive(tol):
+            pid = diffrax.PIDController(rtol=jnp.asarray(tol), atol=jnp.asarray(tol))
+            sol = integrate(
+                equation,
+                u0,
+                diffrax.Dopri8(),
+                stepsize_controller=pid,
+                max_steps=max_steps,
+                **kwargs,
+            )
+            return np.asarray(sol.u1)
+
+        start = time.perf_counter()
+        fine = adaptive(rtol)
+        seconds = time.perf_counter() - start
+        estimate = float(np.max(np.abs(fine - adaptive(10 * rtol))))
+        return Reference(fine, None, estimate, seconds, float(rtol))
     if (
         isinstance(steps_per_layer, bool)
         or not isinstance(steps_per_layer, int)
@@ -75,8 +108,8 @@ class Ladder:
     run), `compilations` (distinct compilations for the whole ladder), `fit` (`OrderFit`, or
     `None` if no window of `min_points` consistent points exists), `fit_error` (why not),
     `richardson` (Richardson's estimate of the error at the finest step in the fit divided by
-    its measured error: ≈ 1 in the asymptotic range), `constraint_violation` (max distance of
-    the iterates to the constraint set, projected formulations only).
+    its measured error: ≈ 1 in the asymptotic range), `solutions` (`u(T)` of every step count;
+    not in `to_dict`). `evaluations_for(error)` predicts the cost of an accuracy from the fit.
     """
 
     steps_per_layer: np.ndarray
@@ -90,6 +123,17 @@ class Ladder:
     fit_error: str | None
     richardson: float | None
     solutions: list = dataclasses.field(repr=False, default_factory=list)
+
+    def evaluations_for(self, error: float) -> float | None:
+        """Vector-field evaluations per solve that the fit `e = C h^p` predicts for `error`
+        (evaluations grow like the step count); `None` without a fit, a positive fitted order
+        or an evaluation count."""
+        if self.fit is None or not self.fit.order > 0 or self.evaluations[0] <= 0:
+            return None
+        if not error > 0:
+            raise ValueError(f"error={error!r} must be > 0.")
+        h = (error / self.fit.constant) ** (1.0 / self.fit.order)
+        return float(self.evaluations[0] * self.step_sizes[0] / h)
 
     def to_dict(self) -> dict:
         return {
@@ -143,7 +187,8 @@ def error_ladder(
     - `num_points`, `max_steps_per_layer`: for `"auto"`.
     - `reference`: a `Reference` or the reference `u(T)`.
     - `formulation`: for diffrax solvers (`None`: automatic).
-    - `declared_order`: the method's order, for the Richardson check (`None`: the fitted one).
+    - `declared_order`: the method's order: the Richardson check uses it (`None`: the fitted
+      one), and the fit judges order reduction against it (`fit_order(..., expected=...)`).
     - `repeats`: timed runs per step count (median reported).
     - `min_points`, `tol`: passed to `fit_order`.
 
@@ -229,7 +274,13 @@ def error_ladder(
     errors = np.asarray(errors)
     fit, why = None, None
     try:
-        fit = fit_order(h, errors, min_points=min_points, tol=tol)
+        fit = fit_order(
+            h,
+            errors,
+            min_points=min_points,
+            tol=tol,
+            expected=None if declared_order is None else float(declared_order),
+        )
     except ValueError as e:
         why = str(e)
     richardson = None

@@ -18,7 +18,7 @@ import pathlib
 import diffrax
 
 from .. import schemes as _schemes
-from .._io import atomic_write_json
+from ..io import atomic_write_json
 from ..solvers._rk4 import ClassicalRK4
 
 # name -> (constructor, declared order, family). One home for the CLI names of methods.

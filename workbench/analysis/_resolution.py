@@ -1,7 +1,7 @@
 r"""The Transformer equation on the continuum `Ω_x × Ω_y = [0, 1]²`, and its resolution limits.
 
 Paper A writes the model as an equation in a token variable `x` and a feature variable `y`
-(MATH.md §1). Here the kernels are smooth functions on the feature interval and the input is a
+(docs/equations.md). Here the kernels are smooth functions on the feature interval and the input is a
 smooth function of `(x, y)`; a quadrature rule turns every integral into a weighted sum, so the
 same continuous model can be sampled on token grids of any size `n` and feature grids of any size
 `d`, and the discrete outputs converge to the continuous one as `n, d → ∞` at the rule's order.

@@ -250,3 +250,89 @@ def _operator_field(equation, k, t, mask, u):
 
 def _full_field(equation, t, mask, u):
     return equation.vector_field(t, u, mask)
+
+
+def matrix_with_spectrum(eigenvalues, similarity=None) -> np.ndarray:
+    r"""A real matrix `J = S B S⁻¹` with the given eigenvalues: a linear test field with a known
+    spectrum.
+
+    `B` is block diagonal: a `1 × 1` block per real eigenvalue and a `2 × 2` block
+    `[[a, b], [−b, a]]` per complex pair `a ± ib` (both members must be listed, in any order).
+    `S` (default the identity: `J = B`, normal) makes `J` non-normal, e.g.
+    `I + 0.3 · N(0, 1)/√dim`.
+
+    **Arguments:**
+
+    - `eigenvalues`: real or complex numbers, closed under conjugation.
+    - `similarity`: an invertible `dim × dim` matrix `S`, or `None`.
+
+    **Returns:** `J`, float64, `dim × dim`.
+
+    **Raises:** `ValueError` when a complex eigenvalue's conjugate is missing, or `S` has the
+    wrong shape.
+    """
+    import scipy.linalg
+
+    eigs = np.asarray(eigenvalues, dtype=np.complex128).ravel()
+    blocks, done = [], set()
+    for i, lam in enumerate(eigs):
+        if i in done:
+            continue
+        done.add(i)
+        if abs(lam.imag) <= 1e-14 * max(1.0, abs(lam)):
+            blocks.append(np.array([[lam.real]]))
+            continue
+        j = next(
+            (k for k in range(len(eigs)) if k not in done and np.isclose(eigs[k], lam.conj())),
+            None,
+        )
+        if j is None:
+            raise ValueError(
+                f"eigenvalues: {lam} has no conjugate {lam.conj()} in the list; a real matrix "
+                "needs complex eigenvalues in conjugate pairs."
+            )
+        done.add(j)
+        blocks.append(np.array([[lam.real, abs(lam.imag)], [-abs(lam.imag), lam.real]]))
+    b = scipy.linalg.block_diag(*blocks) if blocks else np.zeros((0, 0))
+    if similarity is None:
+        return b
+    s = np.asarray(similarity, dtype=np.float64)
+    if s.shape != b.shape:
+        raise ValueError(f"similarity has shape {s.shape}; it must be {b.shape}.")
+    return s @ b @ np.linalg.inv(s)
+
+
+def spectral_projector(jacobian, cutoff: float = 0.0) -> tuple[np.ndarray | None, int]:
+    r"""The spectral projector onto the decaying modes of `J`: those with `Re λ < −cutoff`,
+    along the others.
+
+    From a sorted complex Schur form `J = Z T Z^*`, `T = [[T11, T12], [0, T22]]` with the `k`
+    decaying eigenvalues in `T11`: with `X` solving the Sylvester equation `T11 X − X T22 = T12`,
+    `T = V diag(T11, T22) V⁻¹` for `V = [I, −X; 0, I]`, and `P = Z [I, X; 0, 0] Z^*` (real for a
+    real `J`). `P² = P`,
+    `PJ = JP`, and `P` has rank `k`; the exact step map `e^{τJ}` leaves its range invariant, so
+    applying `P` after every step of a linear integration removes only round-off (as in
+    `observed_max_stable_step(..., projector=P)`).
+
+    **Arguments:**
+
+    - `jacobian`: a real square matrix `J`.
+    - `cutoff`: modes with `Re λ ≥ −cutoff` count as not decaying (e.g. `1e-8 · ρ(J)`).
+
+    **Returns:** `(P, k)`, or `(None, 0)` when no mode decays.
+    """
+    import scipy.linalg
+
+    jac = np.asarray(jacobian, dtype=np.float64)
+    if jac.ndim != 2 or jac.shape[0] != jac.shape[1] or not np.all(np.isfinite(jac)):
+        raise ValueError(f"jacobian must be a finite square matrix; got shape {jac.shape}.")
+    if not (np.isfinite(cutoff) and cutoff >= 0):
+        raise ValueError(f"cutoff={cutoff!r} must be a finite number >= 0.")
+    t, z, k = scipy.linalg.schur(jac, output="complex", sort=lambda x: x.real < -cutoff)
+    if k == 0:
+        return None, 0
+    if k == jac.shape[0]:
+        return np.eye(k), int(k)
+    x = scipy.linalg.solve_sylvester(t[:k, :k], -t[k:, k:], t[:k, k:])
+    left = np.hstack([np.eye(k), x])  # rows of the block-diagonalizing inverse
+    return np.real(z[:, :k] @ left @ z.conj().T), int(k)

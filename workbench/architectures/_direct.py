@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from ..terms._mask import check_mask
+
 _erf = np.vectorize(math.erf, otypes=[float])
 
 
@@ -62,9 +64,14 @@ def direct_encoder(
     layer_norm_eps=1e-5,
     key_mask=None,
 ):
-    """`torch.nn.TransformerEncoder` forward on one sequence `u (n, d)`, layer by layer."""
+    """`torch.nn.TransformerEncoder` forward on one sequence `u (n, d)`, layer by layer.
+
+    `key_mask`: optional `(n,)`, True (or 1) = real token (the opposite of torch's
+    `src_key_padding_mask`), checked by `workbench.terms.check_mask`.
+    """
     sd = {k: np.asarray(v) for k, v in state_dict.items()}
     x = np.asarray(u, sd["layers.0.linear1.weight"].dtype)
+    key_mask = check_mask(key_mask, x.shape[0], name="key_mask")
     d = x.shape[1]
     act = _act(activation)
     L = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("layers."))
@@ -102,12 +109,16 @@ def direct_encoder(
 
 
 def direct_bert(state_dict, config, input_ids, token_type_ids=None, attention_mask=None):
-    """Hugging Face `BertModel(...).last_hidden_state[0]` for one sequence."""
+    """Hugging Face `BertModel(...).last_hidden_state[0]` for one sequence.
+
+    `attention_mask`: optional `(n,)`, 1 (or True) = token, 0 = padding, as Hugging Face's.
+    """
     sd = {k: np.asarray(v) for k, v in state_dict.items()}
     cfg = dict(config)
     eps, H = cfg.get("layer_norm_eps", 1e-12), cfg["num_attention_heads"]
     act = _act(cfg.get("hidden_act", "gelu"))
     ids = np.asarray(input_ids)
+    attention_mask = check_mask(attention_mask, len(ids), name="attention_mask")
     tt = np.zeros_like(ids) if token_type_ids is None else np.asarray(token_type_ids)
     e = lambda k: sd[f"embeddings.{k}"]
     x = e("word_embeddings.weight")[ids] + e("position_embeddings.weight")[: len(ids)]

@@ -5,8 +5,10 @@ Weights arrive as plain numpy state dicts (no torch at runtime). PyTorch `Linear
 GPT-2's `Conv1D` already stores `(in, out)`.
 """
 
+import math
 from collections.abc import Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,7 +26,7 @@ from ._model import (
     Transformer,
     transformer_equation,
 )
-from ._state_dict import as_numpy_state_dict, check_state_dict, count_layers
+from ._state_dict import as_numpy_state_dict, check_state_dict, check_weights, count_layers
 
 
 def _positive_int(value, name: str) -> int:
@@ -42,9 +44,21 @@ def _heads_divide(d: int, num_heads: int, name: str = "num_heads") -> None:
 
 
 def _eps(value, name: str) -> float:
-    if not (isinstance(value, (int, float)) and value >= 0):
-        raise ValueError(f"{name}={value!r} must be a nonnegative number.")
-    return float(value)
+    """A finite number >= 0: Python, NumPy scalar, or a concrete 0-d NumPy/JAX array."""
+    v = value
+    if isinstance(v, (np.ndarray, np.generic, jax.Array)) and not isinstance(v, jax.core.Tracer):
+        if np.ndim(v) == 0:
+            v = np.asarray(v).item()
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+    if not ok:
+        raise ValueError(f"{name}={value!r} must be a nonnegative number (finite, e.g. 1e-5).")
+    return float(v)
+
+
+def _bool(value, name: str, meaning: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name}={value!r} must be a bool: True or False ({meaning}).")
+    return bool(value)
 
 
 def _array(x, dtype):
@@ -73,11 +87,28 @@ def encoder_from_torch(
       constructor arguments.
     - `dtype`: cast the weights (default: keep theirs).
 
-    **Returns:** a `Transformer` with `m(u) == encoder(u[None])[0]`.
+    **Returns:** a `Transformer` `m` that takes one sequence `u` of shape `(n, d)` and equals the
+    encoder on it (up to round-off), in the layout the encoder was built with:
+
+        m = encoder_from_torch(sd, num_heads=H, norm_first=..., activation=..., layer_norm_eps=...)
+        x = torch.from_numpy(u)
+        m(jnp.asarray(u))   # == enc(x[None])[0]        with batch_first=True
+        m(jnp.asarray(u))   # == enc(x[:, None])[:, 0]  with batch_first=False (torch's default)
+
+    torch's default layout is `(seq, batch, d)`: for such an encoder `enc(x[None])` is a batch
+    of n sequences of length 1, not the sequence. Batches go through `jax.vmap(m)`. A key-padding
+    mask `m(u, mask=keep)` uses True = real token: pass `keep = ~src_key_padding_mask`.
+
+    **Raises** `ValueError` before building anything for: missing, unexpected or mis-shaped keys,
+    NaN/inf weights, a zero entry in a LayerNorm γ (`norm*.weight`; LayerNorm must be a
+    projection followed by an invertible affine map), weights of mixed floating dtypes when
+    `dtype` is `None`, a `norm_first` that is not a bool, a negative or non-finite
+    `layer_norm_eps` (NumPy scalars are accepted).
     """
     arch = "torch.nn.TransformerEncoder"
     sd = as_numpy_state_dict(state_dict)
     num_heads = _positive_int(num_heads, "num_heads")
+    norm_first = _bool(norm_first, "norm_first", "True: pre-LN, False: post-LN, as in torch")
     act = activation_from_name(activation)
     eps = _eps(layer_norm_eps, "layer_norm_eps")
     L = count_layers(sd, r"layers\.(\d+)\.", architecture=arch)
@@ -109,6 +140,13 @@ def encoder_from_torch(
     if final:
         expected.update({"norm.weight": (d,), "norm.bias": (d,)})
     check_state_dict(sd, expected, architecture=arch)
+    check_weights(
+        sd,
+        expected,
+        architecture=arch,
+        layer_norm_weights=[k for k in expected if "norm" in k and k.endswith(".weight")],
+        cast=dtype is not None,
+    )
 
     def layer(i):
         g = lambda k: sd[f"layers.{i}.{k}"]
@@ -171,7 +209,13 @@ def bert_from_hf(state_dict: Mapping, config, *, dtype=None) -> BERT:
     Embeddings (word + position + token type, then LN) give the initial condition; the encoder is
     the post-norm equation with exact-GELU feed-forward, Lie–Trotter with τ = 1.
 
-    **Arguments:** `state_dict` of `BertModel` as numpy arrays; `config`: the `config.json` dict.
+    **Arguments:** `state_dict` of `BertModel` as numpy arrays; `config`: the `config.json` dict;
+    `dtype`: cast the weights (default: keep theirs).
+
+    **Raises** `ValueError` at load for mismatched keys or shapes, NaN/inf weights, a zero entry
+    in a LayerNorm γ (`*.LayerNorm.weight`), weights of mixed floating dtypes when `dtype` is
+    `None`, and bad config values. The model's `attention_mask` is Hugging Face's (1 = token,
+    0 = padding), checked before any compute.
     """
     arch = "Hugging Face BertModel"
     sd = as_numpy_state_dict(state_dict)
@@ -225,6 +269,13 @@ def bert_from_hf(state_dict: Mapping, config, *, dtype=None) -> BERT:
         r"pooler\.dense\.(weight|bias)",
     )
     check_state_dict(sd, expected, architecture=arch, ignore=ignore)
+    check_weights(
+        sd,
+        expected,
+        architecture=arch,
+        layer_norm_weights=[k for k in expected if k.endswith("LayerNorm.weight")],
+        cast=dtype is not None,
+    )
 
     def layer(i):
         g = lambda k: sd[f"encoder.layer.{i}.{k}"]
@@ -276,7 +327,12 @@ def gpt2_from_hf(state_dict: Mapping, config, *, dtype=None) -> GPT2:
     Causal (Volterra) attention, pre-norm placement, tanh-GELU feed-forward, the final `ln_f` as
     the output map at `T`; Lie–Trotter with τ = 1.
 
-    **Arguments:** `state_dict` of `GPT2Model` as numpy arrays; `config`: the `config.json` dict.
+    **Arguments:** `state_dict` of `GPT2Model` as numpy arrays; `config`: the `config.json` dict;
+    `dtype`: cast the weights (default: keep theirs).
+
+    **Raises** `ValueError` at load for mismatched keys or shapes, NaN/inf weights, a zero entry
+    in a LayerNorm γ (`ln_1`, `ln_2`, `ln_f`), weights of mixed floating dtypes when `dtype` is
+    `None`, and bad config values.
     """
     arch = "Hugging Face GPT2Model"
     sd = as_numpy_state_dict(state_dict)
@@ -316,6 +372,13 @@ def gpt2_from_hf(state_dict: Mapping, config, *, dtype=None) -> GPT2:
     )
     ignore = (r"h\.\d+\.attn\.(bias|masked_bias)",)
     check_state_dict(sd, expected, architecture=arch, ignore=ignore)
+    check_weights(
+        sd,
+        expected,
+        architecture=arch,
+        layer_norm_weights=[k for k in expected if ".ln_" in f".{k}" and k.endswith(".weight")],
+        cast=dtype is not None,
+    )
 
     def layer(i):
         g = lambda k: sd[f"h.{i}.{k}"]

@@ -1,18 +1,27 @@
 """Recovered architectures: an equation + controls + a scheme, and their embeddings."""
 
+import warnings
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._controls import PiecewiseConstant
-from .._equation import AbstractPlacement, Equation, Operator
-from .._integrate import Solution, check_tokens, integrate
+from .._controls import Constant, PiecewiseConstant
+from .._equation import AbstractPlacement, Equation, Operator, PostNorm
+from .._integrate import check_dtype, check_tokens, integrate
+from .._solution import Solution
 from .._types import KeyMask, TokenIds, Tokens
 from ..schemes._splitting import AbstractSplittingScheme, LieTrotter
+from ..terms._activations import relu
 from ..terms._attention import MultiHeadAttention
 from ..terms._feedforward import FeedForward
+from ..terms._mask import check_mask
 from ..terms._projections import LayerNormProjection
+
+_SCHEME_CHOICES = (
+    "wb.schemes.LieTrotter(), wb.schemes.Strang(), wb.schemes.Yoshida4() or wb.schemes.Suzuki4()"
+)
 
 
 def transformer_equation(
@@ -48,10 +57,13 @@ class Transformer(eqx.Module):
     **Arguments:**
 
     - `equation`: the `Equation` (terms, constraints, output map).
-    - `scheme`: a splitting scheme, `LieTrotter()` by default.
+    - `scheme`: a splitting scheme object, `LieTrotter()` by default (`Strang()`, `Yoshida4()`,
+      `Suzuki4()`; a name such as `"strang"` is rejected).
     - `steps_per_layer`: steps per unit of time, 1 by default.
 
-    Call it on one sequence `u` of shape `(n, d)`; batch with `jax.vmap`.
+    Call it on one sequence `u` of shape `(n, d)`; batch with `jax.vmap`. A key-padding `mask`
+    marks real tokens True (or 1), padding False (or 0): Hugging Face's `attention_mask`
+    convention, the opposite of torch's `src_key_padding_mask` (pass `~mask`).
     """
 
     equation: Equation
@@ -62,6 +74,20 @@ class Transformer(eqx.Module):
         s = self.steps_per_layer
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
             raise ValueError(f"steps_per_layer={s!r} must be a positive integer.")
+        scheme = self.scheme
+        if not isinstance(scheme, AbstractSplittingScheme):
+            if isinstance(scheme, str):
+                hint = f" (a name such as {scheme!r} is not accepted: pass the object)"
+            elif _is_diffrax_solver(scheme):
+                hint = (
+                    "; a diffrax solver integrates the continuous equation: "
+                    "wb.integrate(m.equation, u, solver, num_steps=k * m.num_layers)"
+                )
+            else:
+                hint = ""
+            raise ValueError(
+                f"scheme={scheme!r} is not a splitting scheme; pass one of {_SCHEME_CHOICES}{hint}."
+            )
 
     @property
     def num_layers(self) -> int:
@@ -69,15 +95,36 @@ class Transformer(eqx.Module):
 
     @property
     def d(self) -> int:
-        """The model width d, read off the first term."""
-        term = self.equation.operators[0].term.values
-        return (
-            term.query.shape[-2] if isinstance(term, MultiHeadAttention) else term.hidden.shape[-2]
+        """The model width d, read off the terms."""
+        return self.equation.width
+
+    @property
+    def is_post_norm(self) -> bool:
+        """Whether the constraints act on the state (`PostNorm` with at least one projection)."""
+        return isinstance(self.equation.placement, PostNorm) and any(
+            op.projection is not None for op in self.equation.operators
         )
+
+    @property
+    def expected_order(self) -> int:
+        """The convergence order in `steps_per_layer` one can expect to observe.
+
+        The scheme's order, except: on a post-norm model every "sub-flow, then project"
+        composition converges at order 1 (Strang and Yoshida4 too); on a pre-norm model with a
+        ReLU feed-forward the field is Lipschitz but not C¹ (kinks where a hidden unit changes
+        sign), so no scheme shows more than about 2.
+        """
+        order = self.scheme.order()
+        if self.is_post_norm:
+            return 1
+        if _has_relu(self.equation):
+            return min(order, 2)
+        return order
 
     def solve(self, u: Tokens, *, mask: KeyMask | None = None, **kwargs) -> Solution:
         """Integrate from `u`, returning the full `Solution` (states, counts, diagnostics)."""
         check_tokens(u, "u", self.d)
+        check_dtype(self.equation, u, "u")
         return integrate(
             self.equation,
             u,
@@ -89,18 +136,88 @@ class Transformer(eqx.Module):
         )
 
     def __call__(self, u: Tokens, *, mask: KeyMask | None = None) -> Tokens:
-        """The final hidden state `(n, d)` (the output map applied at `T`)."""
+        """The final hidden state `(n, d)` (the output map applied at `T`).
+
+        **Arguments:**
+
+        - `u`: one sequence `(n, d)` in the weights' floating dtype: a float32 `u` for float64
+          weights (or the reverse, with x64 on) is a `ValueError` naming both dtypes, not a
+          silent promotion; cast with `u.astype(...)`.
+        - `mask`: optional key-padding mask `(n,)`, True (or 1) = attend to the token, False
+          (or 0) = padding: Hugging Face's `attention_mask` convention, the OPPOSITE of torch's
+          `src_key_padding_mask` (True = padding; pass `~src_key_padding_mask`). Float
+          (additive) masks, other shapes and masks with no real token are rejected.
+        """
         return self.solve(u, mask=mask).y
 
     def rediscretize(
         self, scheme: AbstractSplittingScheme | None = None, steps_per_layer: int | None = None
     ) -> "Transformer":
-        """The same equation and controls, solved with another scheme and/or step count."""
-        return Transformer(
+        """The same equation and controls, solved with another scheme and/or step count.
+
+        `scheme` must be a scheme object (`wb.schemes.Strang()`, not `"strang"`): anything else
+        is a `ValueError` at once.
+
+        What order to expect as `steps_per_layer` grows (also `expected_order`):
+
+        - pre-norm, smooth activation (GELU): the scheme's order (Strang 2, Yoshida4 4);
+        - post-norm: order 1 whatever the scheme, since each sub-flow is followed by a
+          projection and "sub-flow, then project" compositions lose their order. A scheme of
+          order > 1 then emits a `UserWarning`. For a high order solve the projected ODE
+          instead, `wb.integrate(m.equation, u, wb.solvers.ClassicalRK4(),
+          num_steps=k * m.num_layers, formulation=wb.Projected())` (any diffrax solver; it is
+          wrapped in `wb.solvers.ProjectedSolver`, which keeps its order). Note that this is
+          the continuous equation on the constraint set of the last operator's LayerNorm;
+          with two different norms per layer it is not the limit of the splitting itself;
+        - a ReLU feed-forward (Lipschitz, not a C¹ field): no more than about order 2 (1–2),
+          even from fourth-order schemes.
+        """
+        out = Transformer(
             self.equation,
             self.scheme if scheme is None else scheme,
             self.steps_per_layer if steps_per_layer is None else steps_per_layer,
         )
+        order = out.scheme.order()
+        if out.is_post_norm and order > 1:
+            warnings.warn(
+                f"rediscretize: this is a post-norm model (a projection after every sub-flow), so "
+                f"{type(out.scheme).__name__} (order {order}) will converge at order 1 as "
+                "steps_per_layer grows: 'sub-flow, then project' compositions lose their order. "
+                "For a high order solve the projected ODE: wb.integrate(m.equation, u, "
+                "wb.solvers.ClassicalRK4(), num_steps=k * m.num_layers, "
+                "formulation=wb.Projected()) (any diffrax solver, wrapped in "
+                "wb.solvers.ProjectedSolver). The model's expected_order is 1.",
+                UserWarning,
+                stacklevel=_user_stacklevel(),
+            )
+        return out
+
+
+def _is_diffrax_solver(x) -> bool:
+    import diffrax
+
+    return isinstance(x, diffrax.AbstractSolver)
+
+
+def _has_relu(equation: Equation) -> bool:
+    for op in equation.operators:
+        values = op.term.value if isinstance(op.term, Constant) else op.term.values
+        if isinstance(values, FeedForward) and values.activation is relu:
+            return True
+    return False
+
+
+def _user_stacklevel() -> int:
+    """The stack level of the first frame outside this module (BERT/GPT-2 forward to here)."""
+    import sys
+
+    frame, level = sys._getframe(1), 1
+    while frame is not None and (
+        frame.f_globals.get("__name__") == __name__
+        or str(frame.f_globals.get("__name__")).startswith("equinox")
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class BertEmbeddings(eqx.Module):
@@ -149,9 +266,15 @@ class BERT(eqx.Module):
         token_type_ids: TokenIds | None = None,
         attention_mask: Int[Array, " n"] | None = None,
     ) -> Tokens:
-        """`last_hidden_state` of one sequence, `(n, d)`; `attention_mask`: 1 = token, 0 = pad."""
+        """`last_hidden_state` of one sequence, `(n, d)`.
+
+        `attention_mask`: Hugging Face's, shape `(n,)` like `input_ids`, integer 1 (or True) =
+        token, 0 (or False) = padding. Another length, float (additive) masks, integers other
+        than 0/1 and all-padding masks are rejected before any compute.
+        """
+        n = _check_ids(input_ids, "input_ids", self.embeddings.position.shape[0])
+        mask = check_mask(attention_mask, n, name="attention_mask")
         u = self.embeddings(input_ids, token_type_ids)
-        mask = None if attention_mask is None else jnp.asarray(attention_mask).astype(bool)
         return self.transformer(u, mask=mask)
 
     def rediscretize(self, scheme=None, steps_per_layer=None) -> "BERT":

@@ -7,7 +7,7 @@ import numpy as np
 
 from .._controls import stack
 from .._equation import PostNorm
-from .._integrate import check_tokens
+from .._integrate import check_dtype, check_tokens
 from .._types import Tokens
 from ..schemes._paper_a import PaperALiteral
 from ..terms._activations import relu
@@ -84,7 +84,9 @@ class PaperAEncoder(eqx.Module):
         return norm2(0.5 * (z + w))  # average, P_S1
 
     def __call__(self, u: Tokens) -> Tokens:
+        """One sequence `(n, d)` in the weights' dtype (another floating dtype is a `ValueError`)."""
         check_tokens(u, "u", self.d)
+        check_dtype(self, u, "u")
 
         def body(u, layer):
             return self.layer(u, *layer), None

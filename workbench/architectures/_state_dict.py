@@ -92,3 +92,69 @@ def check_state_dict(
 def _some(items, limit=8) -> str:
     shown = ", ".join(items[:limit])
     return shown + (f", ... (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+def check_weights(
+    state_dict: Mapping[str, np.ndarray],
+    keys,
+    *,
+    architecture: str,
+    layer_norm_weights=(),
+    cast: bool = False,
+) -> None:
+    """Value checks of the parameters `keys` at load, each error naming the keys.
+
+    - every entry finite (no NaN/inf);
+    - no zero entry in a LayerNorm γ (`layer_norm_weights`): LayerNorm is the projection onto
+      `S1(0, 1)` followed by the affine map `w ↦ γ ⊙ w + β`, which must be invertible for the
+      layer to be a projection onto a constraint set (the set's retraction and tangent spaces,
+      used by `formulation=Projected()` and `Penalty(ε)`, divide by γ);
+    - one floating dtype for all of them as JAX will hold them (with x64 off float64 loads as
+      float32), unless the loader casts them (`cast=True`).
+    """
+    keys = sorted(keys)
+    nonfinite = []
+    for k in keys:
+        v = state_dict[k]
+        if np.issubdtype(v.dtype, np.inexact):
+            bad = ~np.isfinite(v)
+            if bad.any():
+                first = tuple(int(i) for i in np.argwhere(bad)[0])
+                nonfinite.append(f"{k} ({int(bad.sum())} of {v.size}, first at index {first})")
+    if nonfinite:
+        raise ValueError(
+            f"state dict for {architecture}: NaN/inf weights in {len(nonfinite)} key(s): "
+            f"{_some(nonfinite)}. The weights must be finite; check the checkpoint (a diverged "
+            "run, a failed conversion or an overflowing cast)."
+        )
+    zeros = []
+    for k in sorted(layer_norm_weights):
+        v = state_dict[k]
+        z = v == 0
+        if z.any():
+            first = tuple(int(i) for i in np.argwhere(z)[0])
+            zeros.append(f"{k} ({int(z.sum())} of {v.size}, first at index {first})")
+    if zeros:
+        raise ValueError(
+            f"state dict for {architecture}: zero LayerNorm weight (γ) entries in "
+            f"{len(zeros)} key(s): {_some(zeros)}. LayerNorm's γ must be non-zero: the layer is "
+            "the projection onto S1(0, 1) followed by the affine map w -> γ * w + β, which must "
+            "be invertible for the layer to be a projection onto a constraint set (the set's "
+            "retraction and tangent spaces, used by formulation=Projected() and Penalty(ε), "
+            "divide by γ)."
+        )
+    if not cast:
+        import jax
+
+        kinds = {}
+        for k in keys:
+            dt = state_dict[k].dtype
+            if np.issubdtype(dt, np.floating):
+                # As JAX will hold them: with x64 off float64 arrays load as float32.
+                kinds.setdefault(str(jax.dtypes.canonicalize_dtype(dt)), k)
+        if len(kinds) > 1:
+            shown = ", ".join(f"{k} is {dt}" for dt, k in sorted(kinds.items()))
+            raise ValueError(
+                f"state dict for {architecture}: the weights mix floating dtypes ({shown}); "
+                "pass dtype= (e.g. dtype=np.float32) to load them in one dtype."
+            )

@@ -1,4 +1,4 @@
-"""Tokens as interacting particles on the unit sphere (paper B, MATH.md §2).
+"""Tokens as interacting particles on the unit sphere (paper B, docs/particles.md).
 
 Dynamics (`SA`, `USA`, `Hardmax`, `FFNAugmented`, `AngleUSA`), sphere integrators
 (`ProjectedEuler`, `ProjectedRK2`, `ProjectedRK4`, `GeodesicEuler`, `DiffraxProjected`), the entry
@@ -19,6 +19,7 @@ from ._dynamics import (
     to_angles as to_angles,
 )
 from ._integrators import (
+    INTEGRATORS as INTEGRATORS,
     AbstractProjectedRK as AbstractProjectedRK,
     AbstractSphereIntegrator as AbstractSphereIntegrator,
     DiffraxProjected as DiffraxProjected,
@@ -28,9 +29,11 @@ from ._integrators import (
     ProjectedRK4 as ProjectedRK4,
 )
 from ._simulate import simulate as simulate
+from ._starts import half_time as half_time, uniform_sphere as uniform_sphere
 
 # isort: split
 # The diagnostics and theory modules (written alongside) export their own `__all__`.
 from ._diagnostics import *  # noqa: F401,F403  (diagnostics: Gram, cluster counts, ...)
 from ._sweeps import *  # noqa: F401,F403  (the batched phase-diagram kernel)
 from ._theory import *  # noqa: F401,F403  (theory curves: gamma_beta, Wendel, ...)
+from ._time_series import *  # noqa: F401,F403  (plateaus, count summaries, exponential rates)

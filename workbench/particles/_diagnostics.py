@@ -1,4 +1,4 @@
-r"""Clustering diagnostics for particles on the sphere (MATH.md §2 and §2.1).
+r"""Clustering diagnostics for particles on the sphere (docs/particles.md).
 
 Every function here is a pure function of arrays. One configuration is `x` of shape `(n, d)` whose
 rows are unit vectors $x_i \in S^{d-1}$ (assumed, not checked: the diagnostics read only the Gram
@@ -10,20 +10,19 @@ with `jax.vmap`; thresholds are plain keyword arguments, usually Python floats.
 - `fraction_clustered`: the phase-diagram statistic of Fig. 3.
 - `cluster_count_rank`: the authors' cluster count (rank of the thresholded Gram matrix);
   `cluster_count` / `cluster_labels`: connected components of the same graph.
-- `time_to_one_cluster`, `plateaus`: summaries of a cluster-count time series (metastability, Fig. 4).
-"""
 
-from typing import NamedTuple
+Summaries of these statistics over time (plateaus, time to one cluster, exponential rates) are in
+`_time_series.py`.
+"""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from .._types import Tokens
 
 __all__ = [
-    "Plateau",
     "cluster_count",
     "cluster_count_rank",
     "cluster_labels",
@@ -31,8 +30,6 @@ __all__ = [
     "gram",
     "inner_product_histogram",
     "pair_inner_products",
-    "plateaus",
-    "time_to_one_cluster",
 ]
 
 
@@ -159,7 +156,7 @@ def fraction_clustered(x: Tokens, delta: float = 1e-3) -> Float[Array, ""]:
 
     $F = 1$ when all particles sit in one cluster of angular radius about $\sqrt{2\delta}$; for $k$
     exact clusters of sizes $s_1, …, s_k$, $F = \sum_i s_i(s_i - 1) / (n(n-1))$. The paper's phase
-    diagram (MATH.md §2.1) averages this over random starts at $t$, with $\delta = 10^{-3}$.
+    diagram (docs/particles.md) averages this over random starts at $t$, with $\delta = 10^{-3}$.
 
     **Arguments:**
 
@@ -182,7 +179,7 @@ def _adjacency(x: Tokens, threshold) -> Bool[Array, "n n"]:
 
 
 def cluster_count_rank(x: Tokens, threshold: float = 1e-4) -> Int[Array, ""]:
-    r"""The authors' cluster count: the rank of the thresholded Gram matrix (MATH.md §2.1).
+    r"""The authors' cluster count: the rank of the thresholded Gram matrix (docs/particles.md).
 
     $$A_{ij} = \mathbf 1[\langle x_i, x_j\rangle > 1 - \varepsilon], \qquad
       N_{\rm rank}(x) = \operatorname{rank} A.$$
@@ -282,84 +279,3 @@ def cluster_count(x: Tokens, threshold: float = 1e-4) -> Int[Array, ""]:
     """
     labels = cluster_labels(x, threshold)
     return jnp.sum(labels == jnp.arange(x.shape[0]))
-
-
-# ----------------------------------------------------------------------------------------------
-# time series of cluster counts
-
-
-def time_to_one_cluster(
-    ts: Float[ArrayLike, " T"], counts: Int[ArrayLike, " T"]
-) -> Float[Array, ""]:
-    r"""First saved time from which the cluster count is 1 and stays 1 until the last saved time.
-
-    $$t_1 = \min\{t_k : N(t_m) = 1 \text{ for all } m \ge k\}.$$
-
-    "Stays" refers to the saved window only: a count that returns to 1 after splitting counts from
-    its last arrival. **Convention:** `inf` when the last count is not 1 (no collapse observed by
-    `ts[-1]`), so that the result can be averaged with `isfinite` masks or compared with `<`.
-    jit- and vmap-compatible (batch over starts with `jax.vmap`).
-
-    **Arguments:**
-
-    - `ts`: saved times, shape `(T,)`, non-decreasing.
-    - `counts`: cluster counts at those times, shape `(T,)` (e.g. `vmap(cluster_count)(xs)`).
-
-    **Returns:**
-
-    A float scalar: a time from `ts`, or `inf`.
-    """
-    ts, counts = jnp.asarray(ts), jnp.asarray(counts)
-    _check_series(ts, counts)
-    one = counts == 1
-    # suffix[k] = all(one[k:]): a reversed cumulative AND.
-    suffix = jnp.flip(jnp.cumprod(jnp.flip(one).astype(jnp.int32)) > 0)
-    first = jnp.argmax(suffix)
-    ts = ts.astype(jnp.result_type(ts.dtype, float))
-    return jnp.where(suffix[-1], ts[first], jnp.inf)
-
-
-class Plateau(NamedTuple):
-    """A maximal time interval with a constant cluster count (see `plateaus`)."""
-
-    start: float
-    end: float
-    count: int
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-
-def plateaus(ts: Float[ArrayLike, " T"], counts: Int[ArrayLike, " T"]) -> list[Plateau]:
-    r"""Maximal intervals of constant cluster count (metastable states; NumPy post-processing).
-
-    A run of saved samples $a, …, b$ with the same count $N$ (and a different count, or the end of
-    the series, on both sides) becomes `Plateau(start=ts[a], end=ts[b + 1], count=N)`: the interval is
-    closed on the left and ends at the first saved time where the count differs, so consecutive
-    plateaus tile $[t_0, t_{T-1}]$ and their durations sum to $t_{T-1} - t_0$. The last plateau ends
-    at `ts[-1]`. The true switching time lies in $(t_b, t_{b+1}]$; refine `ts` to locate it better.
-    Long plateaus with count $> 1$ are the metastable multi-cluster states of Fig. 4.
-
-    Not jit-compatible: the number of plateaus is data dependent. Apply it to concrete arrays.
-
-    **Arguments:**
-
-    - `ts`: saved times, shape `(T,)`, non-decreasing.
-    - `counts`: cluster counts, shape `(T,)`.
-
-    **Returns:**
-
-    A list of `Plateau(start, end, count)` in time order (`.duration` gives `end - start`).
-    """
-    ts, counts = np.asarray(ts, dtype=float), np.asarray(counts)
-    _check_series(ts, counts)
-    if np.any(np.diff(ts) < 0):
-        raise ValueError("ts must be non-decreasing (saved times in order).")
-    if not np.all(counts == np.round(counts)):
-        raise ValueError("counts must be integers (cluster counts).")
-    counts = counts.astype(int)
-    change = np.flatnonzero(counts[1:] != counts[:-1]) + 1  # first index of every new run
-    starts = np.concatenate([[0], change])
-    ends = np.concatenate([change, [len(ts) - 1]])
-    return [Plateau(float(ts[a]), float(ts[b]), int(counts[a])) for a, b in zip(starts, ends)]

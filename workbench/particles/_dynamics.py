@@ -1,4 +1,4 @@
-r"""Interacting-particle dynamics on the unit sphere (MATH.md §2, paper B).
+r"""Interacting-particle dynamics on the unit sphere (docs/particles.md, paper B).
 
 Tokens `x_i ∈ S^{d−1}` are the rows of `x` with shape `(n, d)`. Every dynamics returns an
 unprojected *field* `F(x)` and the tangent *velocity* `P⊥_{x_i} F_i(x) = F_i − ⟨x_i, F_i⟩ x_i`,
@@ -157,7 +157,7 @@ class AbstractDynamics(eqx.Module):
 
 
 class SA(AbstractDynamics):
-    r"""Self-attention dynamics (SA), MATH.md §2:
+    r"""Self-attention dynamics (SA), docs/particles.md:
 
     $$\dot x_i = P^\perp_{x_i}\Big(\frac{1}{Z_i}\sum_j e^{\beta\langle Q x_i, K x_j\rangle} V x_j\Big),
       \qquad Z_i = \sum_k e^{\beta\langle Q x_i, K x_k\rangle}.$$
@@ -199,7 +199,7 @@ class SA(AbstractDynamics):
 
 
 class USA(AbstractDynamics):
-    r"""Unnormalized self-attention dynamics (USA), MATH.md §2: SA with `Z_i` replaced by `n`,
+    r"""Unnormalized self-attention dynamics (USA), docs/particles.md: SA with `Z_i` replaced by `n`,
 
     $$\dot x_i = P^\perp_{x_i}\Big(\frac1n\sum_j e^{\beta\langle Q x_i, K x_j\rangle} V x_j\Big).$$
 
@@ -273,7 +273,7 @@ class Hardmax(AbstractDynamics):
 
 
 class FFNAugmented(AbstractDynamics):
-    r"""A dynamics plus a feed-forward term inside the tangent projection (MATH.md §2):
+    r"""A dynamics plus a feed-forward term inside the tangent projection (docs/particles.md):
 
     $$\dot x_i = P^\perp_{x_i}\big(F_i(x) + w\,\sigma(a x_i + b)\big).$$
 
@@ -358,7 +358,7 @@ def from_angles(theta: Float[Array, " n"]) -> Float[Array, "n 2"]:
 
 
 def interaction_energy(x: Tokens, beta, *, shifted: bool = False) -> Scalar:
-    r"""The interaction energy `E_β(x) = (1/(2βn²)) Σ_i Σ_j exp(β⟨x_i, x_j⟩)` (MATH.md §2).
+    r"""The interaction energy `E_β(x) = (1/(2βn²)) Σ_i Σ_j exp(β⟨x_i, x_j⟩)` (docs/particles.md).
 
     It grows along SA and USA (USA is the ascent `Ẋ = n ∇E_β`) and decreases with `V = −I`.
     `E_β` blows up like `1/(2β)` as `β → 0`; `shifted=True` returns

@@ -134,3 +134,13 @@ class DiffraxProjected(AbstractSphereIntegrator):
                 "solver such as diffrax.Tsit5()."
             )
         return order
+
+
+INTEGRATORS: dict[str, AbstractSphereIntegrator] = {
+    "euler": ProjectedEuler(),
+    "rk2": ProjectedRK2(),
+    "rk4": ProjectedRK4(),
+    "geodesic-euler": GeodesicEuler(),
+}
+"""The sphere integrators by the names studies and the command line use (`"euler"` is the
+authors' "Euler step, then renormalize"; `"rk4"` is `ProjectedRK4`)."""

@@ -1,4 +1,4 @@
-r"""Theory curves and constants for particles on the sphere (MATH.md §2, Paper B).
+r"""Theory curves and constants for particles on the sphere (docs/particles.md, Paper B).
 
 - `wendel_probability` (Thm 6.7): probability that n uniform points lie in an open hemisphere.
 - `gamma_beta` (Thm 6.8): the common pairwise inner product from an orthogonal start.
@@ -324,7 +324,7 @@ def clustering_rate_bound(n: int, beta: Float[ArrayLike, "*b"]) -> Float[Array, 
     r"""The exponential clustering rate in the proof of Thm 6.3: $\lambda = 1 / (2 n e^{2\beta})$.
 
     Thm 6.3 (d ≥ n, uniform i.i.d. start): the particles converge to one cluster exponentially
-    fast; the proof's rate is $\lambda = (2 n e^{2\beta})^{-1}$ (MATH.md §2). A lower bound on the
+    fast; the proof's rate is $\lambda = (2 n e^{2\beta})^{-1}$ (docs/particles.md). A lower bound on the
     speed, not the observed rate: compare observed decay rates with it, expecting them faster.
 
     **Arguments:**
@@ -429,7 +429,7 @@ def hemisphere_margin(x: Tokens, w: Float[ArrayLike, " d"]) -> Float[Array, ""]:
 
     Lemma 6.4: if all particles start in the open hemisphere $\{\langle x, w\rangle > 0\}$, then
     $t \mapsto \min_i \langle x_i(t), w\rangle$ never decreases (and collapse to one cluster is
-    exponential). Only the monotone invariant is implemented: MATH.md does not state the lemma's
+    exponential). Only the monotone invariant is implemented: docs/particles.md does not state the lemma's
     constants (the exponential rate), so no bound built on them is provided. `w` is used as given;
     its scale does not affect the sign or the monotonicity.
 

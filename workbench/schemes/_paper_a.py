@@ -4,7 +4,7 @@ import equinox as eqx
 
 
 class PaperALiteral(eqx.Module):
-    r"""The literal `M = 4 + J` substep scheme of paper A (MATH.md §1.3), order 1, τ = 1.
+    r"""The literal `M = 4 + J` substep scheme of paper A (docs/recovery.md), order 1, τ = 1.
 
     One layer, from `u`:
 

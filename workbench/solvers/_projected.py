@@ -8,7 +8,7 @@ import diffrax
 class ProjectedSolver(diffrax.AbstractWrappedSolver):
     r"""Wrap any diffrax solver so that every step ends on the constraint set `S`.
 
-    For a projected ODE `u' = P_{T_u S}(G(u))` (MATH.md §1.4: the continuous limit of post-norm
+    For a projected ODE `u' = P_{T_u S}(G(u))` (docs/equations.md: the continuous limit of post-norm
     models and of tokens on the sphere) one step is `u₁ = π(Φ_h(u₀))`, where `Φ_h` is a step of
     the wrapped solver and `π` maps onto `S` (the LayerNorm map, the sphere normalization). Since
     the field is tangent to `S`, `Φ_h(u₀)` is within `O(h^{p+1})` of `S` and the projection keeps

@@ -10,6 +10,7 @@ from ._activations import (
 from ._attention import MultiHeadAttention as MultiHeadAttention
 from ._base import AbstractProjection as AbstractProjection, AbstractTerm as AbstractTerm
 from ._feedforward import FeedForward as FeedForward, LinearKernel as LinearKernel
+from ._mask import check_mask as check_mask
 from ._projections import (
     LayerNormProjection as LayerNormProjection,
     NonnegativeProjection as NonnegativeProjection,

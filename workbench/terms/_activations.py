@@ -5,7 +5,7 @@ import jax.numpy as jnp
 
 
 def relu(x):
-    """`max(x, 0)`: the projection onto the nonnegative orthant S2 (MATH.md §1.2)."""
+    """`max(x, 0)`: the projection onto the nonnegative orthant S2 (docs/equations.md)."""
     return jnp.maximum(x, 0)
 
 

@@ -9,18 +9,22 @@ from jaxtyping import Array, Float
 
 from .._types import KeyMask, Tokens
 from ._base import AbstractTerm
+from ._mask import check_mask
 
 
 class MultiHeadAttention(AbstractTerm):
-    r"""Multi-head self-attention as the vector field of the attention term (MATH.md §1, term I).
+    r"""Multi-head self-attention as the vector field of the attention term (docs/equations.md).
 
     $$A(u)_i = \sum_h \sum_{j \in J(i)} \gamma^h_{ij}\, (u_j W_V^h + b_V^h)\, W_O^h + b_O,\qquad
       \gamma^h_{ij} = \operatorname{softmax}_{j \in J(i)}\big(s\,(u_i W_Q^h + b_Q^h)\cdot(u_j W_K^h + b_K^h)\big)$$
 
     The softmax is the discrete form of the normalized kernel $\gamma(x, \tilde x)$: token quadrature
     weights cancel inside it. $J(i)$ is every token (a Fredholm operator), or only $j \le i$ when
-    `causal` (a Volterra operator), minus padding tokens when a key mask is given. The concatenation
-    of heads followed by $W_O$ equals the sum over heads of $W_O^h$, the head variable's integral.
+    `causal` (a Volterra operator), minus padding tokens when a key mask is given: `mask[j]` True
+    (or 1) = attend to token j, False (or 0) = padding, as Hugging Face's `attention_mask` and the
+    opposite of torch's `src_key_padding_mask` (pass `~mask`); see `check_mask` for what is
+    rejected. The concatenation of heads followed by $W_O$ equals the sum over heads of $W_O^h$,
+    the head variable's integral.
 
     Weights use the `x @ W` convention: `query` has shape `(d, d_qk)`, `output` `(d_v, d)`.
 
@@ -101,9 +105,20 @@ class MultiHeadAttention(AbstractTerm):
                     f"MultiHeadAttention.{name} has width {b.shape[-1]}; expected {width}."
                 )
 
+    @property
+    def width(self) -> int:
+        """The model width d."""
+        return self.query.shape[-2]
+
     def scores(self, u: Tokens, *, mask: KeyMask | None = None) -> Float[Array, "heads n n"]:
-        """The attention weights `γ^h_{ij}` (rows sum to one over the admissible `j`)."""
+        """The attention weights `γ^h_{ij}` (rows sum to one over the admissible `j`).
+
+        `mask`: optional key-padding mask `(n,)`, True/1 = attend (checked by `check_mask`: its
+        values at once when concrete; under `jit` the entry points `integrate` and the models
+        check them once per call).
+        """
         n = u.shape[0]
+        mask = check_mask(mask, n, causal=self.causal, traced=False)
         q = _heads(_affine(u, self.query, self.query_bias), self.num_heads)
         k = _heads(_affine(u, self.key, self.key_bias), self.num_heads)
         s = self.scale * jnp.einsum("hik,hjk->hij", q, k)

@@ -17,9 +17,14 @@ class AbstractTerm(eqx.Module):
     Transformer layer.
     """
 
+    @property
+    def width(self) -> int | None:
+        """The feature width d of the states this term acts on (`None` when it cannot tell)."""
+        return None
+
     @abc.abstractmethod
     def vector_field(self, u: Tokens, *, mask: KeyMask | None = None) -> Tokens:
-        """The velocity `G(u; θ)`."""
+        """The velocity `G(u; θ)`; `mask`: optional key-padding mask `(n,)`, True/1 = attend."""
 
     def substep(self, u: Tokens, tau, *, mask: KeyMask | None = None) -> Tokens:
         """One explicit Euler step `u + τ G(u)` (the layer's residual update when τ = 1)."""

@@ -11,7 +11,7 @@ from ._base import AbstractTerm
 
 
 class FeedForward(AbstractTerm):
-    r"""The feed-forward term `F(u) = σ(u W_1 + b_1) W_2 + b_2` (MATH.md §1.3).
+    r"""The feed-forward term `F(u) = σ(u W_1 + b_1) W_2 + b_2` (docs/equations.md).
 
     For a hidden width `m ≠ d` the whole block is one integral-operator term whose inner
     integral runs over a hidden feature domain of size `m`. With `σ = relu` the activation is the
@@ -42,6 +42,11 @@ class FeedForward(AbstractTerm):
             if b is not None and b.shape[-1] != width:
                 raise ValueError(f"FeedForward.{name} has width {b.shape[-1]}; expected {width}.")
 
+    @property
+    def width(self) -> int:
+        """The model width d."""
+        return self.hidden.shape[-2]
+
     def vector_field(self, u: Tokens, *, mask: KeyMask | None = None) -> Tokens:
         del mask
         h = u @ self.hidden
@@ -64,6 +69,11 @@ class LinearKernel(AbstractTerm):
     def __check_init__(self):
         if self.weight.shape[-1] != self.weight.shape[-2]:
             raise ValueError(f"LinearKernel.weight must be square (d, d); got {self.weight.shape}.")
+
+    @property
+    def width(self) -> int:
+        """The model width d."""
+        return self.weight.shape[-1]
 
     def vector_field(self, u: Tokens, *, mask: KeyMask | None = None) -> Tokens:
         del mask

@@ -24,6 +24,11 @@ class LayerNormProjection(AbstractProjection):
     constant vectors). With `eps > 0` it divides by `sqrt(s² + eps)` — PyTorch's `LayerNorm` — which
     is *not* an exact projection.
 
+    The affine map must be invertible, γ non-zero in every feature, for the layer to be a
+    projection onto a constraint set: `retract` and `tangent` divide by γ (a zero entry gives
+    NaN there; the forward map `__call__` itself is defined). The weight loaders reject zero γ
+    entries.
+
     **Arguments:**
 
     - `weight`: γ, shape `(d,)`; `bias`: β, shape `(d,)`.

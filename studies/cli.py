@@ -7,10 +7,11 @@ workbench run <study> --help        # the study's question and its Config fields
 workbench tour [--out DIR] [--full]
 ```
 
-`run` and `tour` turn on float64 (`jax_enable_x64`) before importing or running any study:
-studies are numerical experiments and choose precision at this edge, while the library itself
-never changes it. Mistakes on the command line (an unknown study or field, a value of the wrong
-type) are reported on stderr with exit code 2 before any compute.
+Each study chooses its own precision inside `compute` (float64 for the numerical-analysis
+studies, in a scoped `jax.enable_x64` context); this command changes no global JAX setting.
+Mistakes on the command line (an unknown study or field, a value of the wrong type, a value out
+of its allowed range) are reported on stderr in one line with exit code 2, before any folder is
+made and before any compute.
 """
 
 from __future__ import annotations
@@ -151,12 +152,11 @@ def _cmd_run(argv: list[str]) -> int:
         return _usage_error(parser, "the study name is missing; see `workbench list`.")
 
     import studies
+    from workbench.io import new_run_dir
 
     from ._harness import StudyError, check_study, default_config, run_study
-    from ._io import new_run_dir
     from ._overrides import OverrideError, apply_overrides, parse_overrides
 
-    _enable_float64()  # before the study module is imported: it may build arrays at import
     try:
         module = studies.get_study(args.study)
     except ValueError as e:
@@ -173,8 +173,10 @@ def _cmd_run(argv: list[str]) -> int:
         overrides = parse_overrides(module.Config, override_pairs, study=args.study)
         config = apply_overrides(base, overrides)
     except (OverrideError, TypeError, ValueError) as e:
-        # TypeError/ValueError: a Config.__post_init__ that rejects the combination of values.
-        return _usage_error(parser, str(e))
+        # ValueError includes ConfigError: Config.__post_init__ rejecting a value or a
+        # combination of values. One line, no usage text: the message names the field.
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return _EXIT_USAGE
 
     out = pathlib.Path(args.out) if args.out else new_run_dir("runs", args.study)
     mode = "smoke" if args.smoke else "full"
@@ -228,7 +230,6 @@ def _cmd_tour(argv: list[str]) -> int:
         return _exit_code(e)
     from ._harness import run_tour
 
-    _enable_float64()
     return run_tour(args.out, full=args.full)
 
 
@@ -249,12 +250,6 @@ def _top_parser() -> argparse.ArgumentParser:
     sub.add_parser("run", help="run one study: run <study> [--smoke] [--out DIR] [--FIELD VALUE]")
     sub.add_parser("tour", help="run every study (smoke sizes) and combine their reports")
     return parser
-
-
-def _enable_float64() -> None:
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:

@@ -1,9 +1,10 @@
-"""Run studies and write their outputs: the part of `workbench run` / `workbench tour` that does
-not parse a command line, so tests and notebooks can call it directly.
+"""Run studies and write their run folders: the part of `workbench run` / `workbench tour` that
+does not parse a command line, so tests and notebooks can call it directly.
 
-A run folder holds `config.json` (written before the study starts, so even a crashed run says
-what it was), `results.json` and `report.md` (written after it returns), and the study's plots.
-See the `studies` package docstring for the protocol a study module follows.
+A run folder holds `config.json` (written before the study computes, so even a crashed run says
+what it was), `results.json` (the study's `Results`, numbers only), one PNG per figure, and
+`report.md` (the verdict first, then the report). See the `studies` package docstring for the
+protocol a study module follows.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, TextIO
 
-from ._io import atomic_write_json, atomic_write_text, environment, new_run_dir
+from workbench.io import atomic_write_json, atomic_write_text, environment, new_run_dir
+
 from ._overrides import config_fields
-from ._report import code_block, demote_headings, markdown_table
+from ._report import code_block, demote_headings, have_matplotlib, markdown_table, save_figure
 
 __all__ = [
     "RESERVED_FIELDS",
     "StudyError",
+    "VERDICT_WORDS",
     "check_study",
     "default_config",
     "run_study",
@@ -36,9 +39,12 @@ __all__ = [
 RESERVED_FIELDS = ("smoke", "out", "help")
 """Config field names a study may not use: the command line uses them for itself."""
 
+VERDICT_WORDS = ("Yes", "No", "Partly")
+"""A verdict's first word: the answer to the study's question."""
+
 
 class StudyError(TypeError):
-    """A study module does not follow the protocol, or its `main` returned a bad value."""
+    """A study module does not follow the protocol, or one of its functions returned a bad value."""
 
 
 def check_study(module: ModuleType, name: str | None = None) -> ModuleType:
@@ -46,7 +52,8 @@ def check_study(module: ModuleType, name: str | None = None) -> ModuleType:
 
     Checks: a module docstring; `NAME` and `SUMMARY` strings (and `NAME == name` when `name` is
     given); `Config` a frozen dataclass with no field named `smoke`, `out` or `help`, whose fields
-    all have defaults; callable `smoke_config` and `main`.
+    all have defaults; `Results` a dataclass; callable `smoke_config`, `compute`, `figures`,
+    `report` and `verdict`.
 
     **Raises:** `StudyError` naming the module and what is missing or wrong.
     """
@@ -95,7 +102,13 @@ def check_study(module: ModuleType, name: str | None = None) -> ModuleType:
             "the defaults are the full-size study."
         )
     need("smoke_config", Callable, "smoke_config() -> Config")
-    need("main", Callable, "main(config: Config, out: pathlib.Path) -> dict")
+    results_cls = need("Results", type, "a dataclass Results (numbers only)")
+    if not dataclasses.is_dataclass(results_cls):
+        raise StudyError(f"{label}: Results must be a dataclass (numbers only, no prose).")
+    need("compute", Callable, "compute(config: Config) -> Results")
+    need("figures", Callable, "figures(results: Results) -> dict[str, Figure]")
+    need("report", Callable, "report(results: Results) -> str")
+    need("verdict", Callable, "verdict(results: Results) -> str")
     return module
 
 
@@ -116,19 +129,30 @@ def default_config(module: ModuleType, *, smoke: bool = False) -> Any:
     return config
 
 
+def checked_verdict(module: ModuleType, results: Any) -> str:
+    """`module.verdict(results)`, checked to be a string starting with Yes, No or Partly."""
+    text = module.verdict(results)
+    if not isinstance(text, str) or not text.strip().startswith(VERDICT_WORDS):
+        raise StudyError(
+            f"study {module.NAME!r}: verdict() must return a string whose first word is one of "
+            f"{', '.join(VERDICT_WORDS)}; got {text!r}."
+        )
+    return text.strip()
+
+
 def run_study(
     module: ModuleType, config: Any, out: str | os.PathLike[str], smoke: bool = False
-) -> dict[str, Any]:
-    """Run one study and write its outputs into `out`.
+) -> Any:
+    """Run one study and write its run folder `out`.
 
     Steps: check `module` (`check_study`) and that `config` is a `module.Config`; create `out`;
-    write `out/config.json` = `{"study", "smoke", "config", "environment"}`; call
-    `module.main(config, out)`; check it returned a dict with a string `"report"`; write the
-    report to `out/report.md` and the other keys to `out/results.json`. Every file is written
-    atomically. If `main` raises, the exception propagates and only `config.json` (and whatever
-    `main` wrote) is left.
+    write `out/config.json` = `{"study", "smoke", "config", "environment"}`; `results =
+    module.compute(config)`; write `out/results.json`; save each of `module.figures(results)` as
+    `out/<name>.png` (skipped, and said in the report, when matplotlib is missing); write
+    `out/report.md` = the verdict, then `module.report(results)`. Every file is written
+    atomically. If `compute` raises, the exception propagates and only `config.json` is left.
 
-    Precision is not changed here: the caller (e.g. `workbench run`) chooses it.
+    Precision is not changed here: `compute` chooses its own (e.g. `jax.enable_x64(True)`).
 
     **Arguments:**
 
@@ -137,11 +161,11 @@ def run_study(
     - `out`: the run folder; created if missing. Existing files of the same names are replaced.
     - `smoke`: recorded in `config.json` (the sizes themselves come from `config`).
 
-    **Returns:** the dict `main` returned, `"report"` included.
+    **Returns:** the `Results`.
 
     ```python
-    import studies, workbench._harness as h
-    m = studies.get_study("exact-recovery")
+    import studies, studies._harness as h
+    m = studies.get_study("repulsion")
     results = h.run_study(m, m.smoke_config(), "runs/try", smoke=True)
     ```
     """
@@ -162,24 +186,38 @@ def run_study(
             "environment": environment(),
         },
     )
-    results = module.main(config, out)
-    if not isinstance(results, dict):
+    results = module.compute(config)
+    if not isinstance(results, module.Results):
         raise StudyError(
-            f"study {module.NAME!r}: main() must return a dict, got {type(results).__name__}."
+            f"study {module.NAME!r}: compute() must return a Results, got {type(results).__name__}."
         )
-    if not isinstance(results.get("report"), str):
-        raise StudyError(
-            f"study {module.NAME!r}: main() must return a dict with a markdown string under "
-            f"'report'; got keys {sorted(map(str, results))}"
-            + ("" if "report" not in results else f", report of type {type(results['report'])}")
-            + "."
-        )
-    rest = {k: v for k, v in results.items() if k != "report"}
     # results.json first: if a value cannot be encoded this raises before report.md exists, so a
     # run folder never has a report without its numbers.
-    atomic_write_json(out / "results.json", rest)
-    report = results["report"]
-    atomic_write_text(out / "report.md", report if report.endswith("\n") else report + "\n")
+    atomic_write_json(out / "results.json", results)
+    verdict = checked_verdict(module, results)
+    text = module.report(results)
+    if not isinstance(text, str):
+        raise StudyError(
+            f"study {module.NAME!r}: report() must return a markdown string, "
+            f"got {type(text).__name__}."
+        )
+    artifacts = getattr(module, "artifacts", None)
+    for file_name, content in (artifacts(results) if callable(artifacts) else {}).items():
+        if not file_name.endswith(".json") or "/" in file_name or file_name.startswith("."):
+            raise StudyError(
+                f"study {module.NAME!r}: artifacts() file name {file_name!r} must be a plain "
+                "'<name>.json' inside the run folder."
+            )
+        atomic_write_json(out / file_name, content)
+    if have_matplotlib():
+        figures = module.figures(results)
+        for fig_name, fig in figures.items():
+            save_figure(fig, out / f"{fig_name}.png")
+    else:
+        text += (
+            "\n\n*Figures not drawn: matplotlib is not installed (`pip install workbench[plots]`).*"
+        )
+    atomic_write_text(out / "report.md", f"**Verdict.** {verdict}\n\n{text.strip()}\n")
     return results
 
 
@@ -196,6 +234,7 @@ class _Outcome:
     wall_time_s: float
     report: str  # the study's report, or the traceback when it failed
     error: str = ""  # one line: "ValueError: boom"
+    verdict: str = ""
 
 
 def run_tour(
@@ -249,7 +288,12 @@ def run_tour(
         {
             "mode": mode,
             "studies": {
-                o.name: {"ok": o.ok, "wall_time_s": o.wall_time_s, "error": o.error or None}
+                o.name: {
+                    "ok": o.ok,
+                    "verdict": o.verdict or None,
+                    "wall_time_s": o.wall_time_s,
+                    "error": o.error or None,
+                }
                 for o in outcomes
             },
             "environment": env,
@@ -276,29 +320,35 @@ def _tour_one(name: str, registry: Mapping[str, str], out: pathlib.Path, *, full
         summary = module.SUMMARY
         config = default_config(module, smoke=not full)
         results = run_study(module, config, out, smoke=not full)
+        verdict = checked_verdict(module, results)
     except Exception as e:
         wall = time.perf_counter() - start
         trace = traceback.format_exc()
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "traceback.txt", trace)
         return _Outcome(name, summary, False, wall, trace, f"{type(e).__name__}: {e}")
-    return _Outcome(name, summary, True, time.perf_counter() - start, results["report"])
+    wall = time.perf_counter() - start
+    report = (out / "report.md").read_text(encoding="utf-8")
+    return _Outcome(name, summary, True, wall, report, verdict=verdict)
 
 
 def _tour_report(outcomes: list[_Outcome], env: Mapping[str, Any], *, full: bool) -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     jax_version = env["packages"].get("jax")
-    x64 = "on" if env["jax_enable_x64"] else "off"
+    x64 = "on" if env["jax_enable_x64"] else "off (each study sets its own precision)"
     commit = f"git {env['git_commit'][:12]}" if env["git_commit"] else "no git commit"
     lines = [
         "# Workbench tour",
         "",
         f"{'Full-size' if full else 'Smoke-size'} run of every registered study, {stamp}; "
-        f"jax {jax_version} on {env['jax_backend']}, float64 {x64}, {commit}.",
+        f"jax {jax_version} on {env['jax_backend']}, global float64 {x64}, {commit}.",
         "",
         markdown_table(
-            ["study", "status", "wall time (s)"],
-            [(o.name, "ok" if o.ok else "**FAILED**", o.wall_time_s) for o in outcomes],
+            ["study", "status", "verdict", "wall time (s)"],
+            [
+                (o.name, "ok" if o.ok else "**FAILED**", _first_sentence(o.verdict), o.wall_time_s)
+                for o in outcomes
+            ],
             floatfmt=".2f",
         ),
         "",
@@ -322,3 +372,8 @@ def _tour_report(outcomes: list[_Outcome], env: Mapping[str, Any], *, full: bool
                 "",
             ]
     return "\n".join(lines)
+
+
+def _first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + ("." if dot else "") if text else "—"

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._io import atomic_open
+from workbench.io import atomic_open
 
 __all__ = [
     "code_block",
@@ -26,6 +26,8 @@ __all__ = [
     "have_matplotlib",
     "markdown_table",
     "new_figure",
+    "progress",
+    "reduction_note",
     "save_figure",
 ]
 
@@ -196,7 +198,7 @@ def save_figure(
 
     The format comes from the file suffix (`.png`, `.pdf`, `.svg`, ...). The image is rendered
     into a temporary file next to `path` that replaces `path` only once it is complete (see
-    `workbench._io.atomic_open`). The figure is closed afterwards, also on failure, so a study
+    `workbench.io.atomic_open`). The figure is closed afterwards, also on failure, so a study
     making many plots does not accumulate them.
 
     **Arguments:**
@@ -247,3 +249,26 @@ def _close(fig: Any) -> None:
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is not None:
         pyplot.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------------
+
+
+def progress(iterable: Iterable[Any], *, desc: str, total: int | None = None) -> Any:
+    """`tqdm(iterable)` on stderr (hidden when stderr is not a terminal, or when
+    `WORKBENCH_PROGRESS=0`)."""
+    from tqdm.auto import tqdm
+
+    hide = True if os.environ.get("WORKBENCH_PROGRESS", "1") == "0" else None
+    return tqdm(iterable, desc=desc, total=total, disable=hide, leave=False)
+
+
+def reduction_note(fit: Any) -> str:
+    """`", order reduction from p"` when an `OrderFit` flags order reduction (`p` = the
+    large-step order), else `""`: appended to fitted orders in legends and tables."""
+    if fit is None or not fit.order_reduction:
+        return ""
+    pre = fit.preasymptotic_order
+    return ", order reduction" + ("" if pre is None else f" from {pre:.2f}")
