@@ -244,6 +244,7 @@ def run_tour(
     registry: Mapping[str, str] | None = None,
     root: str | os.PathLike[str] = "runs",
     stream: TextIO | None = None,
+    jobs: int = 1,
 ) -> int:
     """Run every registered study into `out/<name>/` and combine their reports.
 
@@ -260,6 +261,10 @@ def run_tour(
     - `registry`: `{name: module path}`; default `studies.STUDIES` at call time.
     - `root`: parent of the default `out`.
     - `stream`: where to print one progress line per study; default `sys.stderr`.
+    - `jobs`: studies run at once, each in its own process (`spawn`: a fresh interpreter, so no
+      JAX state is shared). Smoke studies spend most of their time compiling, which XLA does on
+      one core, so two jobs on two cores finish the tour sooner. `1` runs them here, in order.
+      The modules of `registry` must be importable by a fresh interpreter when `jobs > 1`.
 
     **Returns:** the exit code: 0 if every study succeeded, 1 otherwise.
     """
@@ -272,16 +277,38 @@ def run_tour(
     env = environment()
     mode = "full" if full else "smoke"
     outcomes = []
-    for i, name in enumerate(registry, 1):
-        print(f"[{i}/{len(registry)}] {name} ({mode}) ...", file=stream, flush=True)
-        outcome = _tour_one(name, registry, out / name, full=full)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"run_tour: jobs={jobs!r} must be an integer >= 1.")
+    names, total = list(registry), len(registry)
+
+    def done(i: int, outcome: _Outcome) -> _Outcome:
         status = "ok" if outcome.ok else f"FAILED: {outcome.error}"
         print(
-            f"[{i}/{len(registry)}] {name}: {status} ({outcome.wall_time_s:.1f} s)",
+            f"[{i}/{total}] {outcome.name}: {status} ({outcome.wall_time_s:.1f} s)",
             file=stream,
             flush=True,
         )
-        outcomes.append(outcome)
+        return outcome
+
+    if jobs == 1:
+        for i, name in enumerate(names, 1):
+            print(f"[{i}/{total}] {name} ({mode}) ...", file=stream, flush=True)
+            outcomes.append(done(i, _tour_one(name, dict(registry), out / name, full=full)))
+    else:
+        import concurrent.futures
+        import multiprocessing
+
+        print(f"tour: {total} studies ({mode}), {jobs} at a time", file=stream, flush=True)
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            futures = {
+                pool.submit(_tour_one, name, dict(registry), out / name, full=full): name
+                for name in names
+            }
+            finished = {}
+            for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                finished[futures[future]] = done(i, future.result())
+        outcomes = [finished[name] for name in names]
     atomic_write_text(out / "report.md", _tour_report(outcomes, env, full=full))
     atomic_write_json(
         out / "tour.json",

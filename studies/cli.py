@@ -224,13 +224,28 @@ def _cmd_tour(argv: list[str]) -> int:
     )
     parser.add_argument("--out", metavar="DIR", help="default: runs/tour-<timestamp>")
     parser.add_argument("--full", action="store_true", help="full-size configs (slow)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=_default_jobs(),
+        metavar="N",
+        help="studies run at once, each in its own process (default: the CPU count, at most 4)",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return _exit_code(e)
+    if args.jobs < 1:
+        return _usage_error(parser, f"--jobs {args.jobs}: give a whole number >= 1.")
     from ._harness import run_tour
 
-    return run_tour(args.out, full=args.full)
+    return run_tour(args.out, full=args.full, jobs=args.jobs)
+
+
+def _default_jobs() -> int:
+    import os
+
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 # --------------------------------------------------------------------------------------------

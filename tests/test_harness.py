@@ -648,7 +648,7 @@ def test_cli_bad_command(capsys):
 
 def test_tour_records_success_and_failure(tmp_path, fake_registry, capsys):
     out = tmp_path / "tour"
-    code = cli.main(["tour", "--out", str(out)])
+    code = cli.main(["tour", "--out", str(out), "--jobs", "1"])
     assert code == 1
     report = (out / "report.md").read_text()
     # The good study: its report, nested under its heading, and its exact number on disk.
@@ -675,6 +675,69 @@ def test_tour_records_success_and_failure(tmp_path, fake_registry, capsys):
         "error": "RuntimeError: boom 42",
     }
     assert "failed: broken" in capsys.readouterr().err
+
+
+_ON_DISK_STUDY = """\"\"\"Is the sum of 1..n equal to n(n+1)/2?\"\"\"
+import dataclasses
+
+NAME = "{name}"
+SUMMARY = "Triangular numbers."
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    n: int = {n}
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    total: int
+
+
+def smoke_config():
+    return Config()
+
+
+def compute(config):
+    return Results(config, sum(range(1, config.n + 1)))
+
+
+def figures(results):
+    return {{}}
+
+
+def report(results):
+    return f"sum = {{results.total}}"
+
+
+def verdict(results):
+    ok = results.total == results.config.n * (results.config.n + 1) // 2
+    return ("Yes" if ok else "No") + f". {{results.total}}"
+"""
+
+
+def test_tour_in_parallel_processes_equals_the_serial_tour(tmp_path, monkeypatch):
+    # jobs > 1 spawns fresh interpreters: the study modules must be importable from disk.
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = {}
+    for k, n in enumerate((10, 20, 30)):
+        module = f"_wb_tour_study_{k}"
+        (tmp_path / f"{module}.py").write_text(_ON_DISK_STUDY.format(name=f"tri-{k}", n=n))
+        registry[f"tri-{k}"] = module
+    stream = io.StringIO()
+    assert _harness.run_tour(tmp_path / "par", registry=registry, stream=stream, jobs=2) == 0
+    assert _harness.run_tour(tmp_path / "ser", registry=registry, stream=io.StringIO()) == 0
+    for k, n in enumerate((10, 20, 30)):
+        par = json.loads((tmp_path / "par" / f"tri-{k}" / "results.json").read_text())
+        ser = json.loads((tmp_path / "ser" / f"tri-{k}" / "results.json").read_text())
+        assert par == ser == {"config": {"n": n}, "total": n * (n + 1) // 2}
+    summary = json.loads((tmp_path / "par" / "tour.json").read_text())
+    assert list(summary["studies"]) == ["tri-0", "tri-1", "tri-2"]  # registry order
+    assert summary["studies"]["tri-2"]["verdict"] == "Yes. 465"
+    assert "3 studies (smoke), 2 at a time" in stream.getvalue()
+    with pytest.raises(ValueError, match="jobs=0 must be an integer >= 1"):
+        _harness.run_tour(tmp_path / "x", registry=registry, jobs=0)
 
 
 def test_tour_all_ok_returns_zero_and_full_uses_default_config(tmp_path, fake_registry):
