@@ -11,7 +11,7 @@ over t ∈ [0, t1] (its max and its mean over pairs and times) as d grows with n
 exponent in d (`wb.analysis.fit_order`, all points) and compares it with −1/2 (the size of the
 initial inner products). Thm 6.3 (d ≥ n): collapse to one cluster is exponential, with the proof's
 rate bound λ = 1/(2n e^{2β}) (`clustering_rate_bound`); the observed late-time exponential rate of
-1 − min_{i≠j}⟨x_i, x_j⟩ (`wb.particles.exponential_fit`) is compared with it.
+1 − min_{i≠j}⟨x_i, x_j⟩ (`wb.analysis.exponential_fit`) is compared with it.
 
 Integration: projected RK4, dt = 0.05, float64; its error is measured from an orthogonal start
 (where every Gram entry must equal γ_β(t) exactly). 1 − ⟨x_i, x_j⟩ = ‖x_i − x_j‖²/2 is computed
@@ -220,7 +220,7 @@ def compute(config: Config) -> Results:
 
     rates = np.full((nb, nd, ns), np.nan)  # NaN: fewer than 4 saved times in the window
     for b, j, s in np.ndindex(nb, nd, ns):
-        fit = wb.particles.exponential_fit(
+        fit = wb.analysis.exponential_fit(
             ts, spread[b, j, s], window=config.fit_window, min_points=4
         )
         rates[b, j, s] = -fit.rate

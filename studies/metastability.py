@@ -188,7 +188,7 @@ def _fit_growth(
     if len(pts) < 3:
         return None
     b, dur = np.array(pts).T
-    fit = wb.particles.exponential_fit(b, dur)
+    fit = wb.analysis.exponential_fit(b, dur)
     return GrowthFit(fit.rate, fit.intercept, b.tolist())
 
 

@@ -68,7 +68,16 @@ def test_cli_rejects_invalid_config_without_run_folder(module, args, tmp_path, c
 )
 def test_figures_are_the_old_pngs(module, expected, request):
     fixture = {cluster_histograms: "histograms", metastability: "meta", high_dimension: "highdim"}
-    assert set(module.figures(request.getfixturevalue(fixture[module]))) == expected
+    results = request.getfixturevalue(fixture[module])
+    figs = module.figures(results)
+    assert set(figs) == expected
+    if module is high_dimension:
+        # The plotted deviations are the numbers in Results, exactly.
+        lines = figs["deviation_vs_d"].axes[0].get_lines()
+        beta = results.config.betas[0]
+        sub = [r for r in results.rows if r.beta == beta]
+        np.testing.assert_array_equal(lines[0].get_ydata(), [r.max_deviation for r in sub])
+        np.testing.assert_array_equal(lines[1].get_ydata(), [r.mean_deviation for r in sub])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Library helpers the particle studies share: `exponential_fit` (the rate of an exponential trend)
+"""Library helpers the particle studies share: `wb.analysis.exponential_fit` (an exponential trend)
 against exact exponentials and the closed-form least-squares slope; `summarize_counts` and
 `summarize_starts` (metastability summaries of cluster-count series) on hand-made series."""
 
@@ -8,19 +8,18 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.analysis import ExponentialFit, exponential_fit
 from workbench.particles import (
-    ExponentialFit,
     Plateau,
-    exponential_fit,
     summarize_counts,
     summarize_starts,
     time_to_one_cluster,
 )
 
 
-def test_exported_from_particles():
-    assert wb.particles.exponential_fit is exponential_fit
-    assert wb.particles.ExponentialFit is ExponentialFit
+def test_exported_from_analysis():
+    assert wb.analysis.exponential_fit is exponential_fit
+    assert wb.analysis.ExponentialFit is ExponentialFit
 
 
 def test_exact_exponential_decay_and_growth():

@@ -9,6 +9,11 @@ from ._convergence import (
     error_ladder as error_ladder,
     reference_solution as reference_solution,
 )
+from ._exponential import (
+    ExponentialFit as ExponentialFit,
+    exponential_fit as exponential_fit,
+    exponential_rate as exponential_rate,
+)
 from ._order import (
     DEFAULT_ROUNDOFF as DEFAULT_ROUNDOFF,
     OrderFit as OrderFit,
@@ -28,7 +33,6 @@ from ._quadrature import (
     Grid as Grid,
     MidpointRule as MidpointRule,
     TrapezoidRule as TrapezoidRule,
-    exponential_rate as exponential_rate,
     quadrature_rule as quadrature_rule,
 )
 from ._resolution import (

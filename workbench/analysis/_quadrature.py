@@ -114,50 +114,6 @@ QUADRATURE_RULES: dict[str, AbstractQuadratureRule] = {
 """Name -> rule, for the command line."""
 
 
-def exponential_rate(num_nodes, errors, *, floor: float = 1e-13) -> float:
-    r"""The rate `c` of exponential convergence `e(m) ≈ C · 10^{−c m}` in the number of nodes `m`:
-    decades of error gained per added node.
-
-    It is the least-squares slope of `−log10 e` against `m` (a straight line on a semilog plot),
-    over the points whose error is above `floor` (round-off). This is the measure for
-    Gauss–Legendre rules on analytic integrands, whose error decays like `ρ^{−2m}` (`c =
-    2 log10 ρ`); an algebraic order (`fit_order`, a log-log slope against the spacing) does not
-    describe it.
-
-    **Arguments:**
-
-    - `num_nodes`: the node counts `m` (distinct, > 0).
-    - `errors`: the errors `e(m) ≥ 0`, one per node count.
-    - `floor`: errors at or below it are left out.
-
-    **Returns:** `c` (float; positive when the error falls).
-
-    **Raises:** `ValueError` for mismatched lengths, non-finite values, node counts that are not
-    distinct and positive, negative errors, or fewer than 2 errors above `floor`.
-
-    **Example:** `exponential_rate([4, 6, 8], [1e-3, 1e-5, 1e-7])` is `1.0` (to rounding).
-    """
-    m = np.asarray(num_nodes, dtype=np.float64).ravel()
-    e = np.asarray(errors, dtype=np.float64).ravel()
-    if m.size != e.size:
-        raise ValueError(
-            f"exponential_rate: {m.size} node counts but {e.size} errors; pass one per count."
-        )
-    if not (np.all(np.isfinite(m)) and np.all(m > 0) and len(np.unique(m)) == m.size):
-        raise ValueError(
-            f"exponential_rate: num_nodes={m.tolist()} must be distinct, finite and > 0."
-        )
-    if not np.all(np.isfinite(e)) or np.any(e < 0):
-        raise ValueError(f"exponential_rate: errors={e.tolist()} must be finite and >= 0.")
-    above = e > floor
-    if above.sum() < 2:
-        raise ValueError(
-            f"exponential_rate: only {int(above.sum())} error(s) above floor={floor:g} "
-            f"(errors {e.tolist()}); a rate needs 2: use fewer nodes."
-        )
-    return float(-np.polyfit(m[above], np.log10(e[above]), 1)[0])
-
-
 def quadrature_rule(name: str, *, field: str = "rule") -> AbstractQuadratureRule:
     """The rule called `name` (`"midpoint"`, `"trapezoid"`, `"gauss"`).
 

@@ -1,6 +1,6 @@
 r"""Summaries of particle statistics over time (docs/particles.md): when one cluster forms, the
-plateaus of a cluster-count series (metastability, Fig. 4), their medians over random starts, and
-the rate of an exponential trend (collapse rates, plateau growth in β). NumPy in, NumPy out.
+plateaus of a cluster-count series (metastability, Fig. 4) and their medians over random starts.
+The rate of an exponential trend is `workbench.analysis.exponential_fit`. NumPy in, NumPy out.
 """
 
 import dataclasses
@@ -16,10 +16,8 @@ from ._diagnostics import _check_series
 
 __all__ = [
     "CountSummary",
-    "ExponentialFit",
     "Plateau",
     "StartsSummary",
-    "exponential_fit",
     "plateaus",
     "summarize_counts",
     "summarize_starts",
@@ -223,69 +221,3 @@ def summarize_starts(summaries: Sequence[CountSummary]) -> StartsSummary:
         fraction_collapsed=sum(r.time_to_one is not None for r in summaries) / len(summaries),
         median_time_to_one=t_one if np.isfinite(t_one) else None,
     )
-
-
-# ----------------------------------------------------------------------------------------------
-# exponential trends
-
-
-class ExponentialFit(NamedTuple):
-    """The result of `exponential_fit`: `y ≈ exp(intercept + rate · x)` on `num_used` points."""
-
-    rate: float
-    intercept: float
-    num_used: int
-
-
-def exponential_fit(x, y, *, window=None, min_points: int = 2) -> ExponentialFit:
-    r"""The rate $r$ of an exponential trend $y \approx e^{a + r x}$: least squares on $\log y$.
-
-    A slope of $\log y$ against $x$ itself (not against $\log x$: for a power law $y \approx C x^p$
-    use `workbench.analysis.fit_order`). $r < 0$ is a decay, e.g. the late-time collapse of
-    $1 - \min_{i \ne j}\langle x_i, x_j\rangle$ compared with Thm 6.3's rate bound (then $-r$ is the
-    collapse rate); $r > 0$ a growth, e.g. metastable plateau lengths against $\beta$. NumPy, float64.
-
-    **Arguments:**
-
-    - `x`: abscissae (times, inverse temperatures), shape `(T,)`.
-    - `y`: the values, shape `(T,)`; only finite `y > 0` are used.
-    - `window`: `(low, high)` with `0 < low < high`: use only the points with
-      `low ≤ y ≤ high` (e.g. the late-time range above round-off); `None` uses all.
-    - `min_points`: the fewest usable points a fit needs (an integer ≥ 2).
-
-    **Returns:** an `ExponentialFit(rate, intercept, num_used)`. When fewer than `min_points`
-    points are usable (or they share one `x`), `rate` and `intercept` are `nan`: the data do not
-    reach the window, which is a result, not an error; `num_used` still counts the usable points.
-
-    **Raises:** `ValueError` for `x`, `y` of different or non-1-D shapes, a bad `window` or
-    `min_points`.
-
-    **Example:** `exponential_fit([0, 1, 2], [1, e⁻², e⁻⁴]).rate == -2.0`.
-    """
-    if isinstance(min_points, bool) or not isinstance(min_points, (int, np.integer)):
-        raise ValueError(f"exponential_fit: min_points={min_points!r} must be an integer >= 2.")
-    if min_points < 2:
-        raise ValueError(f"exponential_fit: min_points={min_points!r} must be an integer >= 2.")
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    if x.ndim != 1 or x.shape != y.shape:
-        raise ValueError(
-            f"exponential_fit: x and y must be 1-D of the same length; got shapes {x.shape} and "
-            f"{y.shape}."
-        )
-    use = np.isfinite(x) & np.isfinite(y) & (y > 0)
-    if window is not None:
-        try:
-            low, high = (float(v) for v in window)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"exponential_fit: window={window!r} must be a pair (low, high)."
-            ) from None
-        if not 0 < low < high:
-            raise ValueError(f"exponential_fit: window={window!r} must satisfy 0 < low < high.")
-        use &= (y >= low) & (y <= high)
-    num = int(use.sum())
-    if num < min_points or np.ptp(x[use]) == 0:
-        return ExponentialFit(float("nan"), float("nan"), num)
-    rate, intercept = np.polyfit(x[use], np.log(y[use]), 1)
-    return ExponentialFit(float(rate), float(intercept), num)
