@@ -21,7 +21,9 @@ so a notebook, a test or the training loop can call `compute` and get numbers wi
   lists/dicts/dataclasses of those) whose first field is `config: Config`;
 - `compute(config) -> Results` — the computation: no files, no plots, no prose. It chooses its
   own precision in a scoped context (`with jax.enable_x64(True):`) and never changes global JAX
-  configuration;
+  configuration. A long computation that must survive a kill (training) takes a keyword
+  `run_dir=None`: the harness passes the run folder, where it keeps checkpoints and metrics and
+  from which a rerun resumes; without one it runs in memory;
 - `figures(results) -> dict[str, Figure]` — matplotlib figures by name (saved as `<name>.png`);
 - `report(results) -> str` — markdown (no top-level title) describing the numbers;
 - `verdict(results) -> str` — the answer to the question, computed from the numbers: its first
@@ -67,6 +69,7 @@ STUDIES: dict[str, str] = {
     "plan": "studies.plan",
     "resolution": "studies.resolution",
     "stability": "studies.stability",
+    "train-digits": "studies.train_digits",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""

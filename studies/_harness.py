@@ -3,8 +3,10 @@ does not parse a command line, so tests and notebooks can call it directly.
 
 A run folder holds `config.json` (written before the study computes, so even a crashed run says
 what it was), `results.json` (the study's `Results`, numbers only), one PNG per figure, and
-`report.md` (the verdict first, then the report). See the `studies` package docstring for the
-protocol a study module follows.
+`report.md` (the verdict first, then the report). A study whose `compute` takes `run_dir=` also
+writes there while it computes (training: `checkpoints/`, `metrics.csv`), and running it again
+on the same folder resumes. See the `studies` package docstring for the protocol a study module
+follows.
 """
 
 from __future__ import annotations
@@ -112,6 +114,14 @@ def check_study(module: ModuleType, name: str | None = None) -> ModuleType:
     return module
 
 
+def accepts_run_dir(module: ModuleType) -> bool:
+    """Whether the study's `compute` takes `run_dir=` (the training studies: their checkpoints
+    and metrics go to the run folder, so a killed run resumes)."""
+    import inspect
+
+    return "run_dir" in inspect.signature(module.compute).parameters
+
+
 def study_question(module: ModuleType) -> str:
     """The first paragraph of a study's docstring (its question), on one line."""
     paragraph = (module.__doc__ or "").strip().split("\n\n", 1)[0]
@@ -186,7 +196,10 @@ def run_study(
             "environment": environment(),
         },
     )
-    results = module.compute(config)
+    if accepts_run_dir(module):
+        results = module.compute(config, run_dir=out)
+    else:
+        results = module.compute(config)
     if not isinstance(results, module.Results):
         raise StudyError(
             f"study {module.NAME!r}: compute() must return a Results, got {type(results).__name__}."

@@ -6,11 +6,18 @@ The public API is re-exported here; submodules starting with `_` are private.
 from . import (
     analysis as analysis,
     architectures as architectures,
+    control as control,
     io as io,
     particles as particles,
     schemes as schemes,
     solvers as solvers,
     terms as terms,
+)
+from ._checkpointing import (
+    AbstractCheckpointing as AbstractCheckpointing,
+    BinomialCheckpointing as BinomialCheckpointing,
+    CheckpointEvery as CheckpointEvery,
+    NoCheckpointing as NoCheckpointing,
 )
 from ._controls import (
     AbstractControl as AbstractControl,
@@ -34,5 +41,6 @@ from ._formulations import (
 )
 from ._integrate import integrate as integrate
 from ._solution import RESULTS as RESULTS, Solution as Solution
+from ._step import step as step
 
 __version__ = "0.1.0"

@@ -3,6 +3,7 @@
 import abc
 
 import equinox as eqx
+import jax
 
 from ._controls import AbstractControl, Constant
 from ._types import KeyMask, Tokens
@@ -14,8 +15,9 @@ class AbstractPlacement(eqx.Module):
     """Where a term's constraint sits relative to the term (post-norm or pre-norm)."""
 
     @abc.abstractmethod
-    def subflow(self, rk, term_at, proj_at, t, u, h, mask):
-        """Advance `u` by the sub-flow of one operator over `[t, t + h]`."""
+    def subflow(self, rk, term_at, proj_at, t, u, h, mask, substeps: int = 1):
+        """Advance `u` by the sub-flow of one operator over `[t, t + h]`, solved by `substeps`
+        steps of `rk`."""
 
     @abc.abstractmethod
     def field(self, term, proj, u, mask):
@@ -28,8 +30,8 @@ class PostNorm(AbstractPlacement):
     With Euler and h = 1: `LN(u + G(u))`. The continuous limit is the projected ODE (docs/equations.md).
     """
 
-    def subflow(self, rk, term_at, proj_at, t, u, h, mask):
-        u = rk.step(lambda s, v: term_at(s).vector_field(v, mask=mask), t, u, h)
+    def subflow(self, rk, term_at, proj_at, t, u, h, mask, substeps: int = 1):
+        u = _rk_steps(rk, lambda s, v: term_at(s).vector_field(v, mask=mask), t, u, h, substeps)
         return u if proj_at is None else proj_at(t + h)(u)
 
     def field(self, term, proj, u, mask):
@@ -44,15 +46,27 @@ class PreNorm(AbstractPlacement):
     positive, so every scheme keeps its classical order on it.
     """
 
-    def subflow(self, rk, term_at, proj_at, t, u, h, mask):
+    def subflow(self, rk, term_at, proj_at, t, u, h, mask, substeps: int = 1):
         def f(s, v):
             w = v if proj_at is None else proj_at(s)(v)
             return term_at(s).vector_field(w, mask=mask)
 
-        return rk.step(f, t, u, h)
+        return _rk_steps(rk, f, t, u, h, substeps)
 
     def field(self, term, proj, u, mask):
         return term.vector_field(u if proj is None else proj(u), mask=mask)
+
+
+def _rk_steps(rk, f, t, u, h, substeps: int):
+    """`substeps` steps of `rk` over `[t, t + h]` (one step: exactly `rk.step`)."""
+    if substeps == 1:
+        return rk.step(f, t, u, h)
+    dt = h / substeps
+
+    def body(i, v):
+        return rk.step(f, t + i * dt, v, dt)
+
+    return jax.lax.fori_loop(0, substeps, body, u)
 
 
 class Operator(eqx.Module):
@@ -141,8 +155,10 @@ class Equation(eqx.Module):
         mask: KeyMask | None,
         *,
         clock_moves: bool = True,
+        substeps: int = 1,
     ):
-        """Advance `u` over `[t, t + h]` along operator `k` alone, with one step of `rk`.
+        """Advance `u` over `[t, t + h]` along operator `k` alone, with `substeps` steps of `rk`
+        (then, for `PostNorm`, the projection).
 
         Splitting a non-autonomous equation is done on the autonomous system augmented by the
         clock `t' = 1`, which one operator carries (`clock_moves=True`); for the others time is
@@ -159,7 +175,7 @@ class Equation(eqx.Module):
             )
             term_at = lambda s: term
             proj_at = None if proj is None else (lambda s: proj)
-        return self.placement.subflow(rk, term_at, proj_at, t, u, h, mask)
+        return self.placement.subflow(rk, term_at, proj_at, t, u, h, mask, substeps)
 
     def vector_field(self, t, u: Tokens, mask: KeyMask | None = None) -> Tokens:
         r"""The full field `Σ_k G_k(u; θ(t))` (pre-norm: `Σ_k G_k(P_k(u))`).

@@ -21,7 +21,10 @@ class AbstractFormulation(eqx.Module):
 
     @abc.abstractmethod
     def terms(self, equation: Equation, mask, *, imex: bool):
-        """The diffrax term(s): one `ODETerm`, or `MultiTerm(explicit, implicit)` when `imex`."""
+        """The diffrax term(s): one `ODETerm`, or `MultiTerm(explicit, implicit)` when `imex`.
+
+        The terms' functions read the equation and mask from diffrax's `args = (equation,
+        mask)` (so adjoints see the controls as inputs, not closed-over constants)."""
 
     def solver(self, equation: Equation, solver: diffrax.AbstractSolver) -> diffrax.AbstractSolver:
         """The solver to run (possibly wrapped)."""
@@ -72,8 +75,15 @@ class Natural(AbstractFormulation):
             )
 
     def terms(self, equation: Equation, mask, *, imex: bool):
-        del imex
-        return diffrax.ODETerm(lambda t, u, args: equation.vector_field(t, u, mask))
+        del equation, imex
+        # The equation and mask come through `args = (equation, mask)`, not a closure, so
+        # diffrax's adjoints (BacksolveAdjoint) differentiate the controls.
+        return diffrax.ODETerm(_natural_field)
+
+
+def _natural_field(t, u, args):
+    equation, mask = args
+    return equation.vector_field(t, u, mask)
 
 
 class Projected(AbstractFormulation):
@@ -98,10 +108,11 @@ class Projected(AbstractFormulation):
         _constraint(equation)
 
     def terms(self, equation: Equation, mask, *, imex: bool):
-        del imex
-        constraint = _constraint(equation)
+        del equation, mask, imex
 
         def field(t, u, args):
+            equation, mask = args
+            constraint = _constraint(equation)
             # The tangent map of the retraction r at u ∈ S: a projection onto T_u S, orthogonal
             # when r is the Euclidean projection (γ, β constant), oblique along r's fibres
             # otherwise — the limit of the penalty form either way.
@@ -161,14 +172,17 @@ class Penalty(AbstractFormulation):
         return True
 
     def terms(self, equation: Equation, mask, *, imex: bool):
-        constraint = _constraint(equation)
+        del equation, mask
         eps = self.epsilon
 
         def drift(t, u, args):
+            equation, mask = args
             return equation.vector_field(t, u, mask)
 
         def penalty(t, u, args):
-            return (constraint.evaluate(t).retract(u) - u) / jnp.asarray(eps, u.dtype)
+            equation, _ = args
+            retract = _constraint(equation).evaluate(t).retract
+            return (retract(u) - u) / jnp.asarray(eps, u.dtype)
 
         if imex:
             return diffrax.MultiTerm(diffrax.ODETerm(drift), diffrax.ODETerm(penalty))

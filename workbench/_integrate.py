@@ -6,9 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._checkpointing import check_checkpointing
 from ._controls import Constant
 from ._equation import Equation
 from ._solution import RESULTS, Solution
+from ._step import step as scheme_step
 from ._types import KeyMask, Tokens
 from .schemes._splitting import AbstractSplittingScheme, check_stages
 from .terms._mask import check_mask
@@ -87,6 +89,8 @@ def integrate(
     save_steps: bool = False,
     throw: bool = True,
     u0_name: str = "u0",
+    adjoint=None,
+    running_cost=None,
 ) -> Solution:
     r"""Solve `equation` from `u(0) = u0` on `[0, T]` with a splitting scheme or a diffrax solver.
 
@@ -140,6 +144,16 @@ def integrate(
       naming the step (splitting) or layer (diffrax); with `False` the failure is returned in
       `Solution.first_nonfinite_step` and `Solution.stats` (for sweeps under `vmap`).
     - `u0_name`: how error messages call the initial state.
+    - `adjoint`: how reverse-mode differentiation stores the solve. Splitting schemes:
+      `None`/`NoCheckpointing()` (store everything), `CheckpointEvery(k)` (the state every `k`
+      steps, recomputing the blocks) or `BinomialCheckpointing(c)` (`c` checkpoints on the
+      binomial schedule); all give the exact gradient of the discrete solve. diffrax solvers:
+      a diffrax adjoint, `diffrax.RecursiveCheckpointAdjoint()` (default) or
+      `diffrax.BacksolveAdjoint()` (the continuous adjoint, `formulation=Natural()` only).
+    - `running_cost`: splitting only: a function `(t, u, tau, u_next) -> scalar`, the
+      contribution of the step from `(t, u)` to `(t + tau, u_next)` to a running cost `∫ L dt`,
+      summed in the same scan (`Solution.running_cost`); e.g.
+      `workbench.control.KineticEnergy(1.0).step_cost`.
 
     **Returns:** a `Solution`.
     """
@@ -157,6 +171,11 @@ def integrate(
                 "save_steps=True is only available with splitting schemes; with a diffrax solver "
                 "integrate layer by layer or call diffrax.diffeqsolve with a SaveAt."
             )
+        if running_cost is not None:
+            raise ValueError(
+                "running_cost= is only available with splitting schemes (it is summed in the "
+                "scan of their steps); with a diffrax solver add the cost to the state."
+            )
         return integrate_diffrax(
             equation,
             u0,
@@ -169,6 +188,7 @@ def integrate(
             mask=mask,
             throw=throw,
             u0_name=u0_name,
+            adjoint=adjoint,
         )
     if not isinstance(method, AbstractSplittingScheme):
         raise ValueError(
@@ -184,25 +204,27 @@ def integrate(
             raise ValueError(
                 f"{name}= applies to diffrax solvers only; splitting schemes take num_steps=."
             )
+    checkpointing = check_checkpointing(adjoint)
+    if running_cost is not None and not callable(running_cost):
+        raise ValueError(
+            f"running_cost={running_cost!r} must be a function (t, u, tau, u_next) -> scalar."
+        )
     scheme = method
     stages = scheme.stages(len(equation.operators))
     check_stages(stages, len(equation.operators), type(scheme).__name__)
-    rk = scheme.inner
-    per_step = len(stages) * rk.tableau.num_stages
+    per_step = len(stages) * scheme.inner.tableau.num_stages
 
     def advance(u, t0, tau, piece):
-        local = equation.localize(piece)
-        clock = t0
-        for k, a in stages:
-            h = a * tau
-            u = local.subflow(k, rk, clock, u, h, mask, clock_moves=(k == 0))
-            if k == 0:
-                clock = clock + h
-        return u
+        return scheme_step(equation, scheme, t0, u, tau, mask=mask, piece=piece)
 
     if isinstance(num_steps, jax.core.Tracer):
+        if adjoint is not None:
+            raise ValueError(
+                "adjoint= needs a static num_steps (a Python int): a solve with a traced step "
+                "count is a loop of run-time length, which reverse mode cannot differentiate."
+            )
         return _integrate_traced(
-            equation, u0, advance, num_steps, per_step, save_steps, throw, u0_name
+            equation, u0, advance, num_steps, per_step, save_steps, throw, u0_name, running_cost
         )
     num_steps = _check_num_steps(equation, num_steps)
     tau = equation.t1 / num_steps
@@ -213,14 +235,17 @@ def integrate(
     t0s = jnp.asarray(np.arange(num_steps) * tau, dtype)
 
     def step(carry, x):
-        u, bad = carry
+        u, bad, cost = carry
         t0, piece, i = x
-        u = advance(u, t0, tau, piece)
-        bad = jnp.where((bad < 0) & ~jnp.all(jnp.isfinite(u)), i, bad)
-        return (u, bad), (u if save_steps else None)
+        v = advance(u, t0, tau, piece)
+        if running_cost is not None:
+            cost = cost + running_cost(t0, u, tau, v)
+        bad = jnp.where((bad < 0) & ~jnp.all(jnp.isfinite(v)), i, bad)
+        return (v, bad, cost), (v if save_steps else None)
 
     xs = (t0s, jnp.asarray(pieces), jnp.arange(num_steps))
-    (u1, bad), us = jax.lax.scan(step, (u0, jnp.array(-1)), xs)
+    init = (u0, jnp.array(-1), jnp.zeros((), dtype))
+    (u1, bad, cost), us = checkpointing.scan(step, init, xs, num_steps)
     if throw:
         # One check (one callback) for the input and every step, so the error says where the
         # solution stopped being finite: branch 0 is the input, branch i + 1 is step i.
@@ -243,6 +268,7 @@ def integrate(
         first_nonfinite_step=bad,
         result=RESULTS.where(bad >= 0, RESULTS.nonfinite_state, RESULTS.successful),
         stats={"num_steps": jnp.asarray(num_steps), "num_evaluations": jnp.asarray(evals)},
+        running_cost=None if running_cost is None else cost,
     )
 
 
@@ -255,7 +281,9 @@ def _is_causal(equation: Equation) -> bool:
     return False
 
 
-def _integrate_traced(equation, u0, advance, num_steps, per_step, save_steps, throw, u0_name):
+def _integrate_traced(
+    equation, u0, advance, num_steps, per_step, save_steps, throw, u0_name, running_cost
+):
     """Splitting with a run-time step count: a `fori_loop` with a dynamic trip count."""
     if save_steps:
         raise ValueError(
@@ -268,11 +296,14 @@ def _integrate_traced(equation, u0, advance, num_steps, per_step, save_steps, th
     tau = jnp.asarray(equation.t1, dtype) / num_steps.astype(dtype)
 
     def body(i, carry):
-        u, bad = carry
+        u, bad, cost = carry
         piece = jnp.minimum((i * pieces) // num_steps, pieces - 1)
-        u = advance(u, i.astype(dtype) * tau, tau, piece)
-        bad = jnp.where((bad < 0) & ~jnp.all(jnp.isfinite(u)), i, bad)
-        return u, bad
+        t0 = i.astype(dtype) * tau
+        v = advance(u, t0, tau, piece)
+        if running_cost is not None:
+            cost = cost + running_cost(t0, u, tau, v)
+        bad = jnp.where((bad < 0) & ~jnp.all(jnp.isfinite(v)), i, bad)
+        return v, bad, cost
 
     if equation.is_piecewise_constant:
         num_steps = eqx.error_if(
@@ -280,7 +311,8 @@ def _integrate_traced(equation, u0, advance, num_steps, per_step, save_steps, th
             num_steps % pieces != 0,
             f"integrate: num_steps must be a multiple of the number of layers ({pieces}).",
         )
-    u1, bad = jax.lax.fori_loop(0, num_steps, body, (u0, jnp.array(-1, num_steps.dtype)))
+    init = (u0, jnp.array(-1, num_steps.dtype), jnp.zeros((), dtype))
+    u1, bad, cost = jax.lax.fori_loop(0, num_steps, body, init)
     if throw:
         input_bad = ~jnp.all(jnp.isfinite(u0))
         messages = [
@@ -300,4 +332,5 @@ def _integrate_traced(equation, u0, advance, num_steps, per_step, save_steps, th
         first_nonfinite_step=bad,
         result=RESULTS.where(bad >= 0, RESULTS.nonfinite_state, RESULTS.successful),
         stats={"num_steps": num_steps, "num_evaluations": num_steps * per_step},
+        running_cost=None if running_cost is None else cost,
     )

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._equation import Equation
-from ._formulations import AbstractFormulation, default_formulation
+from ._formulations import AbstractFormulation, Natural, default_formulation
 from ._solution import RESULTS, Solution
 from .solvers._projected import ProjectedSolver
 from .solvers._rk4 import ClassicalRK4
@@ -76,7 +76,19 @@ def check_solver(solver, formulation: AbstractFormulation, stepsize_controller) 
 
 @eqx.filter_jit
 def _solve_pieces(
-    equation, u0, solver, formulation, controller, step, mask, *, max_steps, restart, pieces, length
+    equation,
+    u0,
+    solver,
+    formulation,
+    controller,
+    step,
+    mask,
+    adjoint,
+    *,
+    max_steps,
+    restart,
+    pieces,
+    length,
 ):
     """The solve proper, jitted with the equation, solver and options as arguments (not
     closures), so repeated calls with the same structures reuse one compilation."""
@@ -99,6 +111,8 @@ def _solve_pieces(
             saveat=diffrax.SaveAt(t1=True),
             max_steps=max_steps,
             throw=False,
+            args=(local, mask),
+            **({} if adjoint is None else {"adjoint": adjoint}),
         )
         stats = jnp.stack(
             [
@@ -126,8 +140,16 @@ def integrate_diffrax(
     mask,
     throw: bool,
     u0_name: str,
+    adjoint=None,
 ):
     """See `workbench.integrate` (the diffrax path)."""
+    if adjoint is not None and not isinstance(adjoint, diffrax.AbstractAdjoint):
+        raise ValueError(
+            f"adjoint={adjoint!r} does not apply to a diffrax solver; pass a diffrax adjoint: "
+            "diffrax.RecursiveCheckpointAdjoint() (the default, the exact gradient of the "
+            "discrete solve) or diffrax.BacksolveAdjoint() (the continuous adjoint). The "
+            "checkpointing options of workbench go with splitting schemes."
+        )
     if formulation is None:
         formulation = default_formulation(equation)
     if not isinstance(formulation, AbstractFormulation):
@@ -136,6 +158,13 @@ def integrate_diffrax(
             "Natural(), Projected() or Penalty(epsilon)."
         )
     formulation.check(equation)
+    if isinstance(adjoint, diffrax.BacksolveAdjoint) and not isinstance(formulation, Natural):
+        raise ValueError(
+            f"adjoint=diffrax.BacksolveAdjoint() needs formulation=Natural() (a pre-norm "
+            f"equation); the {type(formulation).__name__}() formulation maps every step back "
+            "onto its constraint set, which the continuous adjoint does not see. Use "
+            "diffrax.RecursiveCheckpointAdjoint() (the default) for post-norm equations."
+        )
     if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"max_steps={max_steps!r} must be a positive integer.")
     fixed = num_steps is not None
@@ -199,6 +228,7 @@ def integrate_diffrax(
         controller,
         step,
         mask,
+        adjoint,
         max_steps=max_steps,
         restart=restart,
         pieces=pieces,

@@ -19,14 +19,21 @@ class _NoBar:
     def update(self, n: int = 1) -> None:
         del n
 
+    def set_postfix(self, *args, **kwargs) -> None:
+        del args, kwargs
+
 
 @contextlib.contextmanager
-def progress_bar(total: int, *, desc: str, disable: bool | None = None) -> Iterator[Any]:
-    """A context manager yielding an object with `update(n=1)`: a `tqdm` bar, or a no-op.
+def progress_bar(
+    total: int, *, desc: str, disable: bool | None = None, initial: int = 0
+) -> Iterator[Any]:
+    """A context manager yielding an object with `update(n=1)` and `set_postfix(**values)`: a
+    `tqdm` bar, or a no-op.
 
     **Arguments:**
 
-    - `total`: the number of updates expected.
+    - `total`: the number of updates expected; `initial`: the count already done (a resumed
+      run).
     - `desc`: the label in front of the bar.
     - `disable`: `True` hides the bar, `False` shows it, `None` (default) shows it only on a
       terminal. `WORKBENCH_PROGRESS=0` in the environment hides it in every case.
@@ -39,5 +46,5 @@ def progress_bar(total: int, *, desc: str, disable: bool | None = None) -> Itera
     except ImportError:
         yield _NoBar()
         return
-    with tqdm(total=total, desc=desc, disable=disable, leave=False) as bar:
+    with tqdm(total=total, desc=desc, disable=disable, leave=False, initial=initial) as bar:
         yield bar

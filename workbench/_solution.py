@@ -51,6 +51,8 @@ class Solution(eqx.Module):
       diffrax; `-1` where unknown, e.g. implicit solvers' Newton iterations), and for diffrax
       `num_accepted_steps`, `num_rejected_steps` and `failed_piece` (first layer whose solve
       failed, −1).
+    - `running_cost`: the running cost `∫ L dt` summed along the solve when `integrate` was
+      given a `running_cost` (else `None`).
     """
 
     u1: Tokens
@@ -62,3 +64,4 @@ class Solution(eqx.Module):
     first_nonfinite_step: Int[Array, ""]
     result: RESULTS
     stats: dict = eqx.field(default_factory=dict)
+    running_cost: Float[Array, ""] | None = None

@@ -38,6 +38,7 @@ import numpy as np
 
 from .._equation import Equation, PostNorm
 from .._integrate import check_tokens
+from .._step import step
 from .._types import KeyMask, Tokens
 from ..schemes._runge_kutta import RK4, AbstractExplicitRK, Euler, Heun, Midpoint
 from ..schemes._splitting import AbstractSplittingScheme
@@ -252,13 +253,14 @@ def _onto_constraint(equation: Equation, u, t=0.0):
 
 
 class _Plan(eqx.Module):
-    """One step as data: a padded table of stages `(k, a, substeps)`, applied left to right.
+    """An unsplit step as data: a padded table of stages `(k, a, substeps)`, applied left to
+    right (splitting schemes use their own step map, `workbench.step`).
 
     `k < M`: the sub-flow of operator `k` over `aτ` by `substeps` steps of `rk` (then the
     projection, for post-norm); `k = M`: identity (padding); `k = M + 1`: `substeps` steps of `rk`
     on the full field over `aτ` (post-norm: on the tangent field, projecting after every step).
-    The table is traced, so every splitting scheme, the unsplit method and the exact flow share
-    one compiled program per `rk`.
+    The table is traced, so the unsplit methods and the exact flow share one compiled program
+    per `rk`.
     """
 
     ks: jax.Array
@@ -282,11 +284,18 @@ def _plan(stages, num_operators: int, rk: AbstractExplicitRK) -> _Plan:
     )
 
 
-def _method_plan(method, num_operators: int, solver, substeps: int) -> _Plan:
+class _SchemeStep(eqx.Module):
+    """A splitting scheme's own step map (`workbench.step`), with optional accurate sub-flows."""
+
+    scheme: AbstractSplittingScheme
+    solver: AbstractExplicitRK | None
+    substeps: int = eqx.field(static=True)
+
+
+def _method_plan(method, num_operators: int, solver, substeps: int) -> "_Plan | _SchemeStep":
     if isinstance(method, AbstractExplicitRK):
         return _plan([(num_operators + 1, 1.0, 1)], num_operators, method)
-    stages = [(k, a, substeps) for k, a in method.stages(num_operators)]
-    return _plan(stages, num_operators, method.inner if solver is None else solver)
+    return _SchemeStep(method, solver, substeps)
 
 
 def _exact_plan(num_operators: int, substeps: int) -> _Plan:
@@ -303,7 +312,18 @@ def _rk_steps(rk: AbstractExplicitRK, field, u, h, substeps, after=None):
     return jax.lax.fori_loop(0, substeps, body, u)
 
 
-def _step(equation: Equation, u, tau, plan: _Plan, t, mask):
+def _step(equation: Equation, u, tau, plan, t, mask):
+    if isinstance(plan, _SchemeStep):
+        return step(
+            equation,
+            plan.scheme,
+            t,
+            u,
+            tau,
+            mask=mask,
+            subflow_solver=plan.solver,
+            subflow_substeps=plan.substeps,
+        )
     post = _post_projection(equation, t)
     fields = operator_fields(equation, t, mask=mask)
 

@@ -140,8 +140,8 @@ def splitting_flow(
 
     `method=None` is the (nearly) exact flow: `steps_per_layer` RK4 steps per layer (post-norm:
     on the projected ODE). Otherwise steps of `splitting_step`. For `PostNorm`, `u0` is first
-    projected onto `S`. The step count and the scheme's stages are traced, so all splitting
-    schemes with the same sub-flow solver share one compiled program.
+    projected onto `S`. The step count is traced, so each method compiles once for every
+    step count.
 
     **Arguments:**
 

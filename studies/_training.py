@@ -1,0 +1,141 @@
+"""What the training studies share: names → option objects (at the edge, with the valid list in
+the error), the model-size checks, the plan input and the float64 certificate."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import workbench as wb
+import workbench.analysis as wba
+import workbench.control as wbc
+
+from ._config import ConfigError, check, check_choices, check_divides, check_positive, check_range
+
+SCHEMES = {"lie": wb.schemes.LieTrotter, "strang": wb.schemes.Strang,
+           "yoshida4": wb.schemes.Yoshida4, "suzuki4": wb.schemes.Suzuki4}  # fmt: skip
+OPTIMIZERS = ("adamw", "adam", "sgd")
+GRADIENTS = ("dto",)
+CHECKPOINTING = ("none", "every-step", "binomial")
+ACTIVATIONS = ("gelu", "relu")
+
+
+def check_training_fields(config: Any) -> None:
+    """Checks of the fields every training study has (model size, optimizer, discretization)."""
+    check_positive(config, "d", "num_heads", "num_layers", "hidden", "batch_size",
+                   "steps_per_layer", "learning_rate", "clip", "checkpoint_every")  # fmt: skip
+    check_positive(config, "weight_decay", "kinetic", "control_norm", "smoothness",
+                   allow_zero=True)  # fmt: skip
+    check_divides(config, "num_heads", into="d")
+    check_choices(config, "scheme", SCHEMES)
+    check_choices(config, "optimizer", OPTIMIZERS)
+    check_choices(config, "gradient", GRADIENTS)
+    check_choices(config, "checkpointing", CHECKPOINTING)
+    check_choices(config, "activation", ACTIVATIONS)
+    check_range(config, "target_accuracy", 0.0, 1.0)
+    check(
+        config, "warmup", isinstance(config.warmup, int) and config.warmup >= 0, "an integer >= 0"
+    )
+    if config.plan is not None:
+        check(
+            config,
+            "plan",
+            pathlib.Path(config.plan).is_file(),
+            "a plan.json written by `workbench run plan`",
+        )
+
+
+def fingerprint(config: Any) -> dict:
+    """The run's identity for its checkpoints: every config field."""
+    return {"study": type(config).__module__, **dataclasses.asdict(config)}
+
+
+def optimizer(config: Any, steps: int):
+    if config.optimizer == "adamw":
+        return wbc.default_optimizer(
+            config.learning_rate, steps=steps, warmup=config.warmup,
+            weight_decay=config.weight_decay, clip=config.clip,
+        )  # fmt: skip
+    import optax
+
+    warmup = min(config.warmup, steps - 1)
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, config.learning_rate, warmup, max(steps, warmup + 1), config.learning_rate * 0.01
+    )
+    base = optax.adam if config.optimizer == "adam" else optax.sgd
+    return optax.chain(
+        optax.clip_by_global_norm(config.clip),
+        optax.inject_hyperparams(base)(learning_rate=schedule),
+    )
+
+
+def gradient_method(config: Any):
+    adjoint = {
+        "none": None,
+        "every-step": wb.CheckpointEvery(1),
+        "binomial": wb.BinomialCheckpointing(),
+    }[config.checkpointing]
+    return wbc.DiscretizeThenOptimize(adjoint)
+
+
+def objective(config: Any) -> wbc.Objective:
+    controls = []
+    if config.control_norm:
+        controls.append(wbc.ControlNorm(config.control_norm))
+    if config.smoothness:
+        controls.append(wbc.ControlSmoothness(config.smoothness))
+    kinetic = wbc.KineticEnergy(config.kinetic) if config.kinetic else None
+    return wbc.Objective(wbc.CrossEntropy(), kinetic, tuple(controls))
+
+
+def load_plan(config: Any) -> wba.DiscretizationPlan | None:
+    """The plan of `config.plan`, checked against the model: same width, depth, heads and
+    feed-forward width, a pre-norm equation, and a splitting scheme (what the trainer runs)."""
+    if config.plan is None:
+        return None
+    plan = wba.DiscretizationPlan.load(config.plan)
+    want = {"d": config.d, "num_layers": config.num_layers, "num_heads": config.num_heads,
+            "dim_feedforward": config.hidden, "equation": "pre-norm"}  # fmt: skip
+    wrong = [f"{k}: plan {plan.model.get(k)!r}, model {v!r}" for k, v in want.items()
+             if plan.model.get(k) != v]  # fmt: skip
+    if wrong:
+        raise ConfigError(
+            f"plan={config.plan!r} was written for another model ({'; '.join(wrong)}); make a "
+            "plan for this model: workbench run plan --d ... --num-layers ... --equation pre-norm."
+        )
+    if plan.method not in SCHEMES:
+        raise ConfigError(
+            f"plan={config.plan!r} chose {plan.method!r}; training runs splitting schemes "
+            f"({', '.join(SCHEMES)}): make the plan with --methods {','.join(SCHEMES)}."
+        )
+    return plan
+
+
+def discretization(config: Any, plan) -> tuple[Any, int]:
+    """(scheme object, steps per layer): the plan's when given, else the config's."""
+    if plan is not None:
+        return SCHEMES[plan.method](), plan.steps_per_layer
+    return SCHEMES[config.scheme](), config.steps_per_layer
+
+
+def activation(config: Any):
+    return wb.terms.activation_from_name(config.activation)
+
+
+def to_float64(tree):
+    """The tree with its floating arrays cast to float64 (call inside `jax.enable_x64(True)`)."""
+    return jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, tree)
+
+
+def certificate(model: wbc.ControlledModel, inputs, plan) -> dict:
+    """`wbc.certify` of the trained model in float64 on embedded `inputs`."""
+    with jax.enable_x64(True):
+        m64 = to_float64(model)
+        states = jax.vmap(m64.embedding)(jnp.asarray(np.asarray(inputs)))
+        return wbc.certify(m64.transformer, states, plan=plan).to_dict()

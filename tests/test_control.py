@@ -1,0 +1,441 @@
+"""Training as optimal control: gradients against finite differences and across checkpoint
+policies, the objective's costs against closed forms, and the trainer's durability (exact
+resume after SIGKILL, corrupted checkpoints, changed configs, NaN guard, bad input)."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import workbench as wb
+import workbench.control as wbc
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def tiny_model(key, *, d=8, layers=2, scheme=wb.schemes.LieTrotter(), steps_per_layer=1,
+               dtype=jnp.float64, image=(4, 4), classes=3):  # fmt: skip
+    k1, k2 = jax.random.split(key)
+    return wbc.ControlledModel(
+        wbc.PatchEmbedding(image, d, kernel_size=2, stride=2, key=k1, dtype=dtype),
+        wbc.random_transformer(
+            k2,
+            d=d,
+            num_heads=2,
+            num_layers=layers,
+            hidden=12,
+            scheme=scheme,
+            steps_per_layer=steps_per_layer,
+            dtype=dtype,
+            output_scale=0.5,
+        ),  # fmt: skip
+        wbc.ClassifierHead(d, classes, dtype=dtype),
+    )
+
+
+def tiny_data(rng, n=48, image=(4, 4), classes=3, dtype=np.float64):
+    y = rng.integers(0, classes, n)
+    x = rng.standard_normal((n, *image)) * 0.3
+    x[np.arange(n), y % image[0], :] += 1.0  # a learnable signal: the bright row is the class
+    return wbc.Dataset(x.astype(dtype), y.astype(np.int32))
+
+
+def randomize_head(model, key):
+    head = model.head
+    w = jax.random.normal(key, head.weight.shape, head.weight.dtype)
+    return eqx.tree_at(lambda m: m.head.weight, model, w)
+
+
+# --------------------------------------------------------------------------------------------
+# Gradients
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_dto_gradient_matches_central_differences(getkey, rng):
+    """float64: the directional derivative of J along random directions, from the gradient and
+    from central differences, agree to a relative 1e-6 (Strang, 2 steps/layer,
+    all costs on)."""
+    model = randomize_head(
+        tiny_model(getkey(), scheme=wb.schemes.Strang(), steps_per_layer=2), getkey()
+    )
+    data = tiny_data(rng, n=6)
+    objective = wbc.Objective(
+        wbc.CrossEntropy(),
+        wbc.KineticEnergy(0.1),
+        (wbc.ControlNorm(1e-2), wbc.ControlSmoothness(1e-2)),
+    )
+    xs, ys = jnp.asarray(data.inputs), jnp.asarray(data.targets)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    J = lambda p: objective(eqx.combine(p, static), xs, ys)[0]
+    (value, _), grad = wbc.DiscretizeThenOptimize().value_and_direction(objective, model, xs, ys)
+    np.testing.assert_allclose(float(value), float(J(params)), rtol=1e-14)
+    leaves, treedef = jax.tree.flatten(params)
+    gleaves = jax.tree.leaves(eqx.filter(grad, eqx.is_inexact_array))
+    for _ in range(3):
+        direction = [jax.random.normal(getkey(), x.shape, x.dtype) for x in leaves]
+        exact = sum(float(jnp.vdot(g, v)) for g, v in zip(gleaves, direction))
+        # The class token starts near zero, so its LayerNorm has a large curvature: the central
+        # difference's O(h²) error is ≈ 5e5 h² relative here, and round-off ≈ 1e-16 J/(h J').
+        h = 1e-7
+        at = lambda s: float(
+            J(jax.tree.unflatten(treedef, [x + s * v for x, v in zip(leaves, direction)]))
+        )
+        fd = (at(h) - at(-h)) / (2 * h)
+        assert abs(fd - exact) <= 1e-6 * abs(exact), (fd, exact)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "adjoint",
+    [
+        wb.CheckpointEvery(1),
+        wb.CheckpointEvery(3),
+        wb.BinomialCheckpointing(2),
+        wb.BinomialCheckpointing(),
+    ],
+)
+def test_checkpoint_policies_give_the_same_gradient(getkey, rng, adjoint):
+    model = randomize_head(
+        tiny_model(getkey(), layers=3, scheme=wb.schemes.Strang(), steps_per_layer=2), getkey()
+    )
+    data = tiny_data(rng, n=4)
+    xs, ys = jnp.asarray(data.inputs), jnp.asarray(data.targets)
+    objective = wbc.Objective(kinetic=wbc.KineticEnergy(0.1))
+    (v0, _), g0 = wbc.DiscretizeThenOptimize().value_and_direction(objective, model, xs, ys)
+    (v1, _), g1 = wbc.DiscretizeThenOptimize(adjoint).value_and_direction(objective, model, xs, ys)
+    assert float(v0) == pytest.approx(float(v1), rel=1e-14)
+    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-13)
+
+
+def test_checkpoint_every_needs_a_divisor(getkey):
+    model = tiny_model(getkey(), layers=2)
+    u = model.embedding(jnp.zeros((4, 4)))
+    with pytest.raises(
+        ValueError, match="not a multiple of 3; choose every among the divisors of 2"
+    ):
+        wb.integrate(model.transformer.equation, u, wb.schemes.LieTrotter(), num_steps=2,
+                     adjoint=wb.CheckpointEvery(3))  # fmt: skip
+    with pytest.raises(ValueError, match="does not apply to a splitting scheme"):
+        wb.integrate(model.transformer.equation, u, wb.schemes.LieTrotter(), num_steps=2,
+                     adjoint=diffrax.BacksolveAdjoint())  # fmt: skip
+    with pytest.raises(ValueError, match="does not apply to a diffrax solver"):
+        wb.integrate(model.transformer.equation, u, diffrax.Tsit5(), num_steps=2,
+                     adjoint=wb.CheckpointEvery(1))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_backsolve_adjoint_converges_to_the_discrete_gradient(getkey):
+    """diffrax's continuous adjoint (the equation passed through `args`, so the controls get
+    gradients) approaches the exact gradient of the discrete Tsit5 solve as the step shrinks."""
+    model = tiny_model(getkey(), layers=2)
+    # Generic tokens: BacksolveAdjoint re-solves the state backward in time, which is
+    # ill-conditioned from the near-zero class token of an untrained embedding.
+    u = jax.random.normal(getkey(), (5, 8), jnp.float64)
+    eq = model.transformer.equation
+
+    def loss(eq, k, adjoint):
+        y = wb.integrate(eq, u, diffrax.Tsit5(), num_steps=2 * k, adjoint=adjoint).y
+        return jnp.sum(jnp.sin(3 * y))
+
+    gaps = []
+    for k in (2, 4, 8):
+        g_exact = eqx.filter_grad(loss)(eq, k, None)
+        g_back = eqx.filter_grad(loss)(eq, k, diffrax.BacksolveAdjoint())
+        gaps.append(max(float(jnp.max(jnp.abs(a - b)))
+                        for a, b in zip(jax.tree.leaves(g_exact), jax.tree.leaves(g_back))))  # fmt: skip
+    assert gaps[0] > 0 and gaps[1] < gaps[0] / 8 and gaps[2] < gaps[1] / 8, gaps
+
+
+# --------------------------------------------------------------------------------------------
+# Objective
+# --------------------------------------------------------------------------------------------
+
+
+def test_kinetic_cost_is_the_sum_of_squared_residual_updates(getkey):
+    """With Lie–Trotter and τ = 1 the kinetic cost is Σ_layers (1/n)‖u_{l+1} − u_l‖² (the
+    network's residual updates), computed here from `save_steps` states."""
+    model = tiny_model(getkey(), layers=3)
+    u = model.embedding(jax.random.normal(getkey(), (4, 4), jnp.float64))
+    sol = model.transformer.solve(u, running_cost=wbc.KineticEnergy(0.5).step_cost, save_steps=True)
+    states = jnp.concatenate([u[None], sol.us])
+    expected = 0.5 * sum(
+        float(jnp.sum((states[i + 1] - states[i]) ** 2)) / u.shape[0] for i in range(3)
+    )
+    assert float(sol.running_cost) == pytest.approx(expected, rel=1e-12)
+
+
+def test_kinetic_cost_converges_to_the_integral(getkey):
+    """(1/n)∫‖u_t‖² dt: Strang steps converge to the same value at second order in τ."""
+    model = tiny_model(getkey(), layers=1)
+    u = jax.random.normal(getkey(), (5, 8), jnp.float64)
+    eq = model.transformer.equation
+    cost = wbc.KineticEnergy(1.0).step_cost
+    solve = lambda k: wb.integrate(eq, u, wb.schemes.Strang(), num_steps=k, running_cost=cost)
+    values = {k: float(solve(k).running_cost) for k in (16, 32, 64, 1024)}
+    e = [abs(values[k] - values[1024]) for k in (16, 32, 64)]
+    orders = np.log2(np.asarray(e[:-1]) / np.asarray(e[1:]))
+    assert np.all(np.abs(orders - 2) < 0.3), orders
+
+
+def test_control_costs_closed_forms(getkey):
+    model = tiny_model(getkey(), layers=3)
+    tr = model.transformer
+    leaves = []
+    for op in tr.equation.operators:
+        for c in (op.term, op.projection):
+            leaves += jax.tree.leaves(eqx.filter(c.values, eqx.is_inexact_array))
+    norm = sum(float(jnp.sum(x**2)) for x in leaves)
+    jumps = sum(float(jnp.sum((x[1:] - x[:-1]) ** 2)) for x in leaves)
+    assert float(wbc.ControlNorm(0.3)(tr)) == pytest.approx(0.3 * norm, rel=1e-12)
+    assert float(wbc.ControlSmoothness(0.2)(tr)) == pytest.approx(0.2 * jumps, rel=1e-12)
+    with pytest.raises(ValueError, match=r"KineticEnergy.weight=-1 must be a finite number >= 0"):
+        wbc.KineticEnergy(-1)
+
+
+def test_cross_entropy_ignores_negative_labels():
+    logits = jnp.asarray([[2.0, 0.0], [0.0, 3.0], [1.0, 1.0]])
+    labels = jnp.asarray([0, -1, 1])
+    lse = lambda z: float(jnp.log(jnp.sum(jnp.exp(z))))
+    expected = ((lse(logits[0]) - 2.0) + (lse(logits[2]) - 1.0)) / 2
+    assert float(wbc.CrossEntropy()(logits, labels)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_patch_embedding_is_a_convolution(getkey):
+    emb = wbc.PatchEmbedding((6, 4), 5, kernel_size=2, stride=2, key=getkey(), dtype=jnp.float64)
+    x = np.asarray(jax.random.normal(getkey(), (6, 4), jnp.float64))
+    tokens = np.asarray(emb(x))
+    w = np.asarray(emb.kernel)[0]  # (k, k, d)
+    expected = [
+        np.einsum("ij,ijd->d", x[2 * a : 2 * a + 2, 2 * b : 2 * b + 2], w)
+        for a in range(3)
+        for b in range(2)
+    ]
+    np.testing.assert_allclose(
+        tokens[1:], np.asarray(expected) + np.asarray(emb.position)[1:], atol=1e-13
+    )
+    np.testing.assert_allclose(tokens[0], np.asarray(emb.cls + emb.position[0]), atol=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Trainer
+# --------------------------------------------------------------------------------------------
+
+
+def _train(model, data, tmp_path=None, **kwargs):
+    kwargs.setdefault("steps", 30)
+    kwargs.setdefault("batch_size", 8)
+    kwargs.setdefault("progress", False)
+    return wbc.train(model, data, run_dir=tmp_path, **kwargs)
+
+
+def test_training_reduces_the_loss_and_resume_is_exact(getkey, rng, tmp_path):
+    model = tiny_model(getkey())
+    data = tiny_data(rng)
+    full = _train(
+        model,
+        data,
+        steps=40,
+        log_every=5,
+        optimizer=wbc.default_optimizer(1e-2, steps=40, warmup=5),
+    )
+    losses = [r["loss"] for r in full.history]
+    assert losses[-1] < 0.7 * losses[0]
+    # The same run in two pieces: stop after 20 steps (a checkpoint at 20), resume to 40.
+    opt = wbc.default_optimizer(1e-2, steps=40, warmup=5)
+    part = _train(model, data, tmp_path, steps=40, log_every=5, optimizer=opt, checkpoint_every=10)
+    assert part.params_sha256 == full.params_sha256
+    ck = wbc.CheckpointManager(tmp_path / "checkpoints", fingerprint={})
+    assert ck.steps()[0] == 40
+    # Delete the newest checkpoint: a rerun restarts from 30 and finishes identically,
+    # with exactly one metrics row per logged step.
+    for p in (tmp_path / "checkpoints").glob("step-00000040.*"):
+        p.unlink()
+    again = _train(model, data, tmp_path, steps=40, log_every=5, optimizer=opt, checkpoint_every=10)
+    assert again.resumed_from == 30
+    assert again.params_sha256 == full.params_sha256
+    steps = [r["step"] for r in again.history]
+    assert steps == list(range(5, 41, 5))
+    with open(tmp_path / "metrics.csv") as f:
+        rows = f.read().strip().splitlines()
+    assert [int(r.split(",")[0]) for r in rows[1:]] == list(range(5, 41, 5))
+    np.testing.assert_allclose([r["loss"] for r in again.history], losses, rtol=0, atol=0)
+
+
+def test_corrupted_checkpoint_falls_back_to_the_previous_one(getkey, rng, tmp_path):
+    model = tiny_model(getkey())
+    data = tiny_data(rng)
+    full = _train(model, data, steps=30)
+    _train(model, data, tmp_path, steps=30, checkpoint_every=10)
+    newest = tmp_path / "checkpoints" / "step-00000030.eqx"
+    raw = bytearray(newest.read_bytes())
+    raw[-5] ^= 0xFF
+    newest.write_bytes(bytes(raw))
+    with pytest.warns(
+        UserWarning, match=r"checkpoint of step 30 .* does not match the manifest's SHA-256"
+    ):
+        again = _train(model, data, tmp_path, steps=30, checkpoint_every=10)
+    assert again.resumed_from == 20
+    assert again.params_sha256 == full.params_sha256
+
+
+def test_resume_with_another_config_is_refused(getkey, rng, tmp_path):
+    model = tiny_model(getkey())
+    data = tiny_data(rng)
+    _train(model, data, tmp_path, steps=10, fingerprint={"learning_rate": 0.01, "seed": 0})
+    with pytest.raises(wbc.CheckpointMismatch, match=r"learning_rate: 0.01 -> 0.02"):
+        _train(model, data, tmp_path, steps=10, fingerprint={"learning_rate": 0.02, "seed": 0})
+
+
+def test_nan_guard_names_the_step_and_keeps_good_checkpoints(getkey, rng, tmp_path):
+    model = tiny_model(getkey())
+    data = tiny_data(rng)
+    x = data.inputs.copy()
+    bad = wbc.batch_indices(0, 13, len(x), 2)[0]  # batch 2: 24 steps per epoch
+    x[bad, 0, 0] = np.nan
+    first = min(s for s in range(40) if bad in wbc.batch_indices(0, s, len(x), 2))
+    assert first == 13
+    with pytest.raises(
+        wbc.TrainingDiverged, match=r"diverged at step 13: .* last good checkpoint is step 10"
+    ):
+        _train(
+            model,
+            wbc.Dataset(x, data.targets),
+            tmp_path,
+            steps=40,
+            batch_size=2,
+            checkpoint_every=5,
+        )
+    ck = wbc.CheckpointManager(tmp_path / "checkpoints", fingerprint={})
+    assert ck.steps() == [10, 5]
+    params = eqx.filter(model, eqx.is_inexact_array)
+    step, state, _ = ck.restore((params, wbc.default_optimizer(steps=40).init(params)))
+    assert step == 10 and all(bool(jnp.all(jnp.isfinite(v))) for v in jax.tree.leaves(state))
+
+
+def test_bad_training_input_is_refused_before_training(getkey, rng):
+    model = tiny_model(getkey())
+    data = tiny_data(rng, n=10)
+    with pytest.raises(
+        ValueError, match=r"batch_size=16 is larger than the training data \(10 examples\)"
+    ):
+        _train(model, data, batch_size=16)
+    with pytest.raises(ValueError, match="not a gradient method"):
+        _train(model, data, method="adam")
+    with pytest.raises(ValueError, match=r"Dataset: inputs \(3, 2\) and targets \(4,\)"):
+        wbc.Dataset(np.zeros((3, 2)), np.zeros(4))
+
+
+# --------------------------------------------------------------------------------------------
+# Data parallel and the command line
+# --------------------------------------------------------------------------------------------
+
+_DRIVER = textwrap.dedent(
+    """
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    sys.path.insert(0, {tests!r})
+    from test_control import tiny_model, tiny_data
+    import workbench.control as wbc
+    with jax.enable_x64(False):
+        model = tiny_model(jax.random.key(0), dtype=jnp.float32)
+        data = tiny_data(np.random.default_rng(0), n=64, dtype=np.float32)
+        res = wbc.train(model, data, steps=20, batch_size=16, log_every=1, progress=False)
+    print(json.dumps({{"devices": res.num_devices, "loss": [r["loss"] for r in res.history]}}))
+    """
+)
+
+
+def _run_driver(devices: int) -> dict:
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               JAX_PLATFORMS="cpu")  # fmt: skip
+    code = _DRIVER.format(tests=str(REPO / "tests"))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_eight_devices_give_the_loss_trajectory_of_one():
+    one, eight = _run_driver(1), _run_driver(8)
+    assert (one["devices"], eight["devices"]) == (1, 8)
+    np.testing.assert_allclose(eight["loss"], one["loss"], rtol=0, atol=1e-5)
+
+
+def test_train_digits_verdict_follows_the_accuracy():
+    import dataclasses
+
+    import studies.train_digits as s
+
+    c = s.smoke_config()
+    r = s.Results(
+        config=c, test_accuracy=0.9, final_params_sha256="0" * 64, baseline_accuracy=0.96,
+        num_steps=210, resumed_from=0, steps_per_second=20.0, compile_time_s=6.0,
+        wall_time_s=30.0, num_devices=1, history_steps=np.arange(1), history_objective=np.ones(1),
+        history_eval_steps=np.arange(1), history_eval_accuracy=np.ones(1), certificate=None,
+    )  # fmt: skip
+    assert s.verdict(r).startswith("Yes. Held-out accuracy 90.00 % against the target 75.0 %")
+    worse = dataclasses.replace(r, test_accuracy=0.5)
+    assert s.verdict(worse).startswith("No. Held-out accuracy 50.00 %")
+
+
+def _cli(out, *extra, wait=True):
+    cmd = [sys.executable, "-m", "studies", "run", "train-digits", "--smoke", "--out", str(out),
+           "--epochs", "4", "--warmup", "10", "--checkpoint-every", "10", "--certificate-examples", "0", *extra]  # fmt: skip
+    env = dict(os.environ, WORKBENCH_PROGRESS="0")
+    if wait:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+
+
+@pytest.mark.slow
+def test_train_digits_resumes_after_sigkill_with_the_same_hash(tmp_path):
+    reference = _cli(tmp_path / "whole")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    want = json.loads((tmp_path / "whole" / "results.json").read_text())
+    proc = _cli(tmp_path / "killed", wait=False)
+    folder = tmp_path / "killed" / "checkpoints"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if folder.exists() and any(
+            p.name >= "step-00000020.json" for p in folder.glob("step-*.json")
+        ):
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "killed" / "results.json").exists()
+    resumed = _cli(tmp_path / "killed")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = json.loads((tmp_path / "killed" / "results.json").read_text())
+    assert 0 < got["resumed_from"] < got["num_steps"]
+    assert got["final_params_sha256"] == want["final_params_sha256"]
+    assert got["test_accuracy"] == want["test_accuracy"]
+    steps = [
+        int(r.split(",")[0]) for r in (tmp_path / "killed" / "metrics.csv").read_text().split()[1:]
+    ]
+    assert (
+        steps
+        == sorted(set(steps))
+        == list(range(10, want["num_steps"] + 1, 10))
+        + ([] if want["num_steps"] % 10 == 0 else [want["num_steps"]])
+    )
+    # The same folder with another learning rate: refused before training, naming the field.
+    changed = _cli(tmp_path / "killed", "--learning-rate", "0.01")
+    assert changed.returncode != 0
+    assert "learning_rate: 0.003 -> 0.01" in changed.stderr

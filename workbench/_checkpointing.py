@@ -1,0 +1,108 @@
+r"""How a splitting solve keeps its states for reverse-mode differentiation (`integrate(...,
+adjoint=...)`): memory against recomputation.
+
+Differentiating `N` steps of a scheme by reverse mode needs every step's intermediate values
+(the residuals of its VJP). Keeping them all costs memory `O(N · step)`; keeping only some
+states and recomputing the rest from them in the backward pass trades memory for time:
+
+| option | stored | recomputed forward work |
+|---|---|---|
+| `NoCheckpointing()` | every intermediate of every step | none |
+| `CheckpointEvery(1)` | the state at every step boundary | one step per step |
+| `CheckpointEvery(k)` | the state every `k` steps | the block of `k` steps |
+| `BinomialCheckpointing(c)` | `c` states (Griewank's binomial schedule) | `O(N log N)`-ish |
+
+All of them give the same gradient (to round-off): this is the exact gradient of the discrete
+model. diffrax solvers take diffrax's own adjoints instead (`diffrax.RecursiveCheckpointAdjoint`,
+`diffrax.BacksolveAdjoint`).
+"""
+
+import abc
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import numpy as np
+
+
+class AbstractCheckpointing(eqx.Module):
+    """How the steps of a splitting solve are stored for reverse-mode differentiation."""
+
+    @abc.abstractmethod
+    def scan(self, f, init, xs, length: int):
+        """`jax.lax.scan(f, init, xs, length)` with this storage policy."""
+
+
+class NoCheckpointing(AbstractCheckpointing):
+    """Store everything: a plain `jax.lax.scan` (fastest backward pass, most memory)."""
+
+    def scan(self, f, init, xs, length: int):
+        return jax.lax.scan(f, init, xs, length=length)
+
+
+class CheckpointEvery(AbstractCheckpointing):
+    """Store the state every `every` steps; recompute each block of steps in the backward pass.
+
+    With `every=1` only the step boundaries are stored (each step's internals — attention
+    weights, hidden activations — are recomputed). `num_steps` must be a multiple of `every`.
+    """
+
+    every: int = eqx.field(static=True, default=1)
+
+    def __check_init__(self):
+        k = self.every
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"CheckpointEvery.every={k!r} must be a positive integer.")
+
+    def scan(self, f, init, xs, length: int):
+        k = self.every
+        if length % k:
+            raise ValueError(
+                f"CheckpointEvery(every={k}): num_steps={length} is not a multiple of {k}; "
+                f"choose every among the divisors of {length}."
+            )
+
+        @jax.checkpoint
+        def block(carry, xs_block):
+            return jax.lax.scan(f, carry, xs_block, length=k)
+
+        blocks = jax.tree.map(lambda x: x.reshape((length // k, k) + x.shape[1:]), xs)
+        carry, ys = jax.lax.scan(block, init, blocks, length=length // k)
+        ys = jax.tree.map(lambda y: y.reshape((length,) + y.shape[2:]), ys)
+        return carry, ys
+
+
+class BinomialCheckpointing(AbstractCheckpointing):
+    """Store `checkpoints` states placed by the binomial (treeverse) schedule of Griewank and
+    Walther, the memory-optimal schedule for a given amount of recomputation
+    (`equinox.internal.scan(kind="checkpointed")`, what `diffrax.RecursiveCheckpointAdjoint`
+    uses). `None`: about `sqrt(num_steps)` checkpoints. Reverse mode only (no `jax.jvp`).
+    """
+
+    checkpoints: int | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        c = self.checkpoints
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
+            raise ValueError(
+                f"BinomialCheckpointing.checkpoints={c!r} must be None or a positive integer."
+            )
+
+    def scan(self, f, init, xs, length: int):
+        checkpoints = None if self.checkpoints is None else min(int(self.checkpoints), length)
+        return eqxi.scan(f, init, xs, length=length, kind="checkpointed", checkpoints=checkpoints)
+
+
+def check_checkpointing(adjoint) -> AbstractCheckpointing:
+    """`None` → `NoCheckpointing()`; a checkpointing object unchanged; anything else a
+    `ValueError` naming the valid choices."""
+    if adjoint is None:
+        return NoCheckpointing()
+    if isinstance(adjoint, AbstractCheckpointing):
+        return adjoint
+    raise ValueError(
+        f"adjoint={adjoint!r} does not apply to a splitting scheme; pass None, "
+        "workbench.NoCheckpointing(), workbench.CheckpointEvery(k) or "
+        "workbench.BinomialCheckpointing(checkpoints) (diffrax adjoints such as "
+        "diffrax.BacksolveAdjoint() go with diffrax solvers)."
+    )

@@ -1,0 +1,49 @@
+r"""Training as optimal control of the Transformer equation (docs/control.md).
+
+`train` minimizes an `Objective` — a terminal loss through a readout head plus running costs on
+the trajectory and the controls — over a `ControlledModel` (embedding → equation → head) with an
+optax optimizer, a gradient method (`DiscretizeThenOptimize`), seeded batches, checkpoints and
+exact resume.
+"""
+
+from ._certificate import Certificate as Certificate, certify as certify
+from ._checkpoint import (
+    CheckpointManager as CheckpointManager,
+    CheckpointMismatch as CheckpointMismatch,
+    params_sha256 as params_sha256,
+)
+from ._data import Dataset as Dataset, batch_indices as batch_indices
+from ._gradients import (
+    AbstractGradientMethod as AbstractGradientMethod,
+    DiscretizeThenOptimize as DiscretizeThenOptimize,
+)
+from ._models import (
+    ClassifierHead as ClassifierHead,
+    ControlledModel as ControlledModel,
+    PatchEmbedding as PatchEmbedding,
+    SequenceHead as SequenceHead,
+    TokenEmbedding as TokenEmbedding,
+    random_transformer as random_transformer,
+)
+from ._objective import (
+    AbstractControlCost as AbstractControlCost,
+    AbstractTerminalLoss as AbstractTerminalLoss,
+    ControlNorm as ControlNorm,
+    ControlSmoothness as ControlSmoothness,
+    CrossEntropy as CrossEntropy,
+    KineticEnergy as KineticEnergy,
+    Objective as Objective,
+)
+from ._tasks import (
+    Task as Task,
+    digits as digits,
+    random_shift as random_shift,
+    sorting as sorting,
+)
+from ._trainer import (
+    TrainingDiverged as TrainingDiverged,
+    TrainResult as TrainResult,
+    default_optimizer as default_optimizer,
+    evaluate as evaluate,
+    train as train,
+)

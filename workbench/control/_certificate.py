@@ -1,0 +1,151 @@
+r"""The certificate of a trained model: is the trained network still a good discretization of its
+equation? Its error against a refined solve, its observed order, its largest stable step, and
+whether a discretization plan's tolerance holds for the trained weights.
+
+A plan (`workbench run plan`) is made for given weights; training moves them. The certificate
+measures the same quantities on the trained controls, so a plan that no longer holds is caught.
+Call it in float64 (`jax.enable_x64(True)` and a model cast to float64): orders and errors near
+the round-off level of float32 mean nothing.
+"""
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from ..analysis._convergence import error_ladder, reference_solution
+from ..analysis._order import fit_order
+from ..analysis._plan import DiscretizationPlan
+from ..analysis._spectra import arnoldi_eigenvalues, term_fields
+from ..analysis._stability import max_stable_step
+
+__all__ = ["Certificate", "certify"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Certificate:
+    """What `certify` measured (all errors are max-abs over the token states at `T`, worst
+    example).
+
+    - `scheme`, `steps_per_layer`: the trained model's discretization.
+    - `error`: its error against the reference (a Dopri8 solve, `reference_steps` per layer),
+      and `reference_error_estimate` (Richardson) that shows the reference resolves it.
+    - `ladder_steps_per_layer`, `ladder_errors`: the scheme at refined step counts.
+    - `observed_order` (with `order_ci`) from `fit_order` on the ladder, `None` when no window
+      fits; `expected_order`: `Transformer.expected_order`.
+    - `largest_stable_step`: the linear stability limit of the scheme for the Jacobian spectra
+      (largest-modulus eigenvalues, Arnoldi) of the field along the trajectory; `step` the
+      trained step, `stable`: `step <= largest_stable_step`.
+    - `plan_*`: the plan's method, step count and tolerance, its error for the trained weights
+      at those steps, and `plan_holds` (`None` without a plan).
+    """
+
+    scheme: str
+    steps_per_layer: int
+    error: float
+    reference_error_estimate: float
+    ladder_steps_per_layer: list
+    ladder_errors: list
+    observed_order: float | None
+    order_ci: tuple | None
+    expected_order: int
+    largest_stable_step: float
+    step: float
+    stable: bool
+    plan_method: str | None = None
+    plan_steps_per_layer: int | None = None
+    plan_tolerance: float | None = None
+    plan_error: float | None = None
+    plan_holds: bool | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def certify(
+    transformer,
+    initial_states,
+    *,
+    plan: DiscretizationPlan | None = None,
+    ladder=(1, 2, 4, 8, 16),
+    reference_steps: int = 64,
+    num_eigenvalues: int = 6,
+    krylov_dim: int = 30,
+) -> Certificate:
+    r"""Measure a trained `transformer` (a `workbench.architectures.Transformer`) on
+    `initial_states` (a few `u(0)`, shape `(examples, n, d)`, e.g. embedded held-out inputs).
+
+    **Arguments:**
+
+    - `transformer`: the trained equation with its scheme and steps per layer.
+    - `initial_states`: `(examples, n, d)` in the model's dtype (float64 advised).
+    - `plan`: a `DiscretizationPlan` to check against the trained weights (its method must be
+      one `error_ladder` runs: a splitting scheme or a diffrax solver).
+    - `ladder`: steps per layer for the order fit (increasing).
+    - `reference_steps`: Dopri8 steps per layer of the reference.
+    - `num_eigenvalues`, `krylov_dim`: the Arnoldi spectra (per layer, first example).
+
+    **Returns:** a `Certificate`.
+    """
+    equation, scheme = transformer.equation, transformer.scheme
+    k = transformer.steps_per_layer
+    states = np.asarray(initial_states)
+    if states.ndim != 3:
+        raise ValueError(f"initial_states must be (examples, n, d); got shape {states.shape}.")
+    steps = sorted(set(int(s) for s in ladder) | {k})
+    errors = np.zeros(len(steps))
+    error_estimate = 0.0
+    plan_error = 0.0 if plan is not None else None
+    fit = None
+    for u0 in states:
+        u0 = jax.numpy.asarray(u0)
+        ref = reference_solution(equation, u0, steps_per_layer=reference_steps)
+        error_estimate = max(error_estimate, ref.error_estimate)
+        lad = error_ladder(
+            equation, u0, scheme, steps, ref, declared_order=scheme.order(), repeats=1
+        )
+        errors = np.maximum(errors, lad.errors)
+        if plan is not None:
+            check = error_ladder(
+                equation, u0, plan.method_object(), [plan.steps_per_layer], ref,
+                min_points=1, repeats=1,
+            )  # fmt: skip
+            plan_error = max(plan_error, float(check.errors[0]))
+    h = equation.piece_length / np.asarray(steps, float)
+    try:
+        fit = fit_order(h, errors, expected=transformer.expected_order)
+    except ValueError:
+        fit = None
+    # Spectra at the start of every layer along the first example's trajectory.
+    u = jax.numpy.asarray(states[0])
+    sol = transformer.solve(u, save_steps=True)
+    starts = [u] + [sol.us[k * (layer + 1) - 1] for layer in range(equation.num_pieces - 1)]
+    eigs = []
+    for layer, v in enumerate(starts):
+        f = term_fields(equation, (layer + 0.5) * equation.piece_length)["full"]
+        eigs.append(
+            arnoldi_eigenvalues(f, v, num_eigenvalues=num_eigenvalues, krylov_dim=krylov_dim)
+        )
+    eigs = np.concatenate(eigs)
+    decaying = eigs[eigs.real < -1e-9 * max(1.0, float(np.max(np.abs(eigs))))]
+    tau_star = float(max_stable_step(scheme, decaying))
+    step = equation.piece_length / k
+    return Certificate(
+        scheme=type(scheme).__name__,
+        steps_per_layer=k,
+        error=float(errors[steps.index(k)]),
+        reference_error_estimate=float(error_estimate),
+        ladder_steps_per_layer=steps,
+        ladder_errors=[float(e) for e in errors],
+        observed_order=None if fit is None else float(fit.order),
+        order_ci=None if fit is None else (float(fit.ci_low), float(fit.ci_high)),
+        expected_order=int(transformer.expected_order),
+        largest_stable_step=tau_star,
+        step=float(step),
+        stable=bool(step <= tau_star),
+        plan_method=None if plan is None else plan.method,
+        plan_steps_per_layer=None if plan is None else plan.steps_per_layer,
+        plan_tolerance=None if plan is None else plan.tolerance,
+        plan_error=plan_error,
+        plan_holds=None if plan is None else bool(plan_error <= plan.tolerance),
+    )

@@ -1,0 +1,46 @@
+r"""Ways to a descent direction for the controls, behind one interface.
+
+A method maps `(objective, model, batch)` to `((J, aux), direction)`, `direction` with the
+structure of the model's floating arrays; the trainer hands it to an optax optimizer as the
+gradient.
+"""
+
+import abc
+
+import equinox as eqx
+
+from .._checkpointing import AbstractCheckpointing, check_checkpointing
+
+__all__ = ["AbstractGradientMethod", "DiscretizeThenOptimize"]
+
+
+class AbstractGradientMethod(eqx.Module):
+    """Computes the objective and a descent direction on one batch."""
+
+    @abc.abstractmethod
+    def value_and_direction(self, objective, model, xs, ys):
+        """`((J, aux), direction)` on the batch `(xs, ys)`."""
+
+
+class DiscretizeThenOptimize(AbstractGradientMethod):
+    r"""The exact gradient of the discrete model: reverse-mode differentiation through the
+    scheme's steps (backpropagation).
+
+    `adjoint` chooses what the backward pass stores (`workbench.NoCheckpointing()`, the
+    default; `CheckpointEvery(k)`; `BinomialCheckpointing(c)`): the gradient is the same, the
+    memory and the recomputation differ.
+    """
+
+    adjoint: AbstractCheckpointing | None = None
+
+    def __check_init__(self):
+        check_checkpointing(self.adjoint)
+
+    def value_and_direction(self, objective, model, xs, ys):
+        kwargs = {} if self.adjoint is None else {"adjoint": self.adjoint}
+
+        @eqx.filter_value_and_grad(has_aux=True)
+        def value(m):
+            return objective(m, xs, ys, kwargs)
+
+        return value(model)

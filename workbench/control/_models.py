@@ -1,0 +1,271 @@
+r"""Trainable models of the equation: an initial condition (embedding), the controlled equation
+(a `Transformer`: equation + controls + scheme), and a readout head.
+
+`u(0) = embed(x)`, `u_t = Σ_k G_k(u; θ(t))` on `[0, T]`, prediction `= head(u(T))`: training the
+controls θ, the embedding and the head is the optimal-control problem of docs/control.md.
+"""
+
+import math
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from .._controls import PiecewiseConstant
+from .._equation import Equation, Operator, PostNorm, PreNorm
+from .._types import Tokens
+from ..architectures._model import Transformer
+from ..schemes._splitting import AbstractSplittingScheme, LieTrotter
+from ..terms._activations import gelu
+from ..terms._attention import MultiHeadAttention
+from ..terms._feedforward import FeedForward
+from ..terms._projections import LayerNormProjection
+
+__all__ = [
+    "ClassifierHead",
+    "ControlledModel",
+    "PatchEmbedding",
+    "SequenceHead",
+    "TokenEmbedding",
+    "random_transformer",
+]
+
+
+def _check_int(name: str, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name}={value!r} must be an integer >= {low}.")
+    return int(value)
+
+
+def _normal(key, shape, scale, dtype):
+    return scale * jax.random.normal(key, shape, dtype)
+
+
+def random_transformer(
+    key: PRNGKeyArray,
+    *,
+    d: int,
+    num_heads: int,
+    num_layers: int,
+    hidden: int,
+    activation: Callable = gelu,
+    causal: bool = False,
+    pre_norm: bool = True,
+    scheme: AbstractSplittingScheme = LieTrotter(),
+    steps_per_layer: int = 1,
+    layer_norm_eps: float = 1e-5,
+    output_scale: float = 0.1,
+    dtype=jnp.float32,
+) -> Transformer:
+    r"""A Transformer equation with freshly initialized controls, ready to train.
+
+    Attention and feed-forward kernels are `N(0, 1/fan_in)`, biases zero, LayerNorms `γ = 1,
+    β = 0`; the output kernels of both terms are scaled by `output_scale`, so the initial field
+    is small and `u(T)` starts near `u(0)` (a short flow, as for a residual network whose
+    branches start small). Pre-norm (the default) puts the LayerNorm inside each operator and a
+    final LayerNorm as the output map (GPT-2, ViT); post-norm projects after each sub-flow.
+
+    **Arguments:** `key`; `d` (width), `num_heads` (divides `d`), `num_layers` (the controls'
+    pieces, each of duration 1), `hidden` (feed-forward width); `activation`; `causal`
+    (GPT-style attention); `pre_norm`; `scheme`, `steps_per_layer` (the discretization);
+    `layer_norm_eps`; `output_scale`; `dtype`.
+    """
+    d = _check_int("d", d)
+    num_heads = _check_int("num_heads", num_heads)
+    if d % num_heads:
+        divisors = [k for k in range(1, d + 1) if d % k == 0]
+        raise ValueError(f"num_heads={num_heads} must divide d={d}; choose among {divisors}.")
+    num_layers = _check_int("num_layers", num_layers)
+    hidden = _check_int("hidden", hidden)
+    L = num_layers
+    kq, kk, kv, ko, k1, k2 = jax.random.split(key, 6)
+    zeros = lambda *shape: jnp.zeros((L, *shape), dtype)
+    attention = MultiHeadAttention(
+        _normal(kq, (L, d, d), 1 / math.sqrt(d), dtype),
+        _normal(kk, (L, d, d), 1 / math.sqrt(d), dtype),
+        _normal(kv, (L, d, d), 1 / math.sqrt(d), dtype),
+        _normal(ko, (L, d, d), output_scale / math.sqrt(d), dtype),
+        zeros(d),
+        zeros(d),
+        zeros(d),
+        zeros(d),
+        num_heads=num_heads,
+        causal=causal,
+    )
+    feedforward = FeedForward(
+        _normal(k1, (L, d, hidden), 1 / math.sqrt(d), dtype),
+        zeros(hidden),
+        _normal(k2, (L, hidden, d), output_scale / math.sqrt(hidden), dtype),
+        zeros(d),
+        activation=activation,
+    )
+
+    def norm():
+        return LayerNormProjection(jnp.ones((L, d), dtype), zeros(d), layer_norm_eps)
+
+    final = LayerNormProjection(jnp.ones(d, dtype), jnp.zeros(d, dtype), layer_norm_eps)
+    equation = Equation(
+        (
+            Operator(PiecewiseConstant(attention), PiecewiseConstant(norm())),
+            Operator(PiecewiseConstant(feedforward), PiecewiseConstant(norm())),
+        ),
+        PreNorm() if pre_norm else PostNorm(),
+        final if pre_norm else None,
+    )
+    return Transformer(equation, scheme, steps_per_layer)
+
+
+class PatchEmbedding(eqx.Module):
+    r"""Images to tokens: `u(0)_p = Σ_{q ∈ patch(p)} x_q W_q + b + pos_p`, plus a class token.
+
+    The patch map is an integral operator over each patch of the image (a convolution with
+    kernel `kernel_size` and stride `stride`, zero padding `padding`); the class token is one
+    more grid point, with its own learned value. Position embeddings make the initial
+    condition depend on where a patch is.
+
+    Input: one image `(H, W)` (one channel) or `(C, H, W)`; output `(1 + patches, d)`, the class
+    token first.
+    """
+
+    kernel: Float[Array, "c kh kw d"]
+    bias: Float[Array, " d"]
+    cls: Float[Array, " d"]
+    position: Float[Array, "tokens d"]
+    image_shape: tuple[int, int, int] = eqx.field(static=True)
+    kernel_size: int = eqx.field(static=True)
+    stride: int = eqx.field(static=True)
+    padding: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        image_shape: tuple[int, ...],
+        d: int,
+        *,
+        kernel_size: int,
+        stride: int | None = None,
+        padding: int = 0,
+        key: PRNGKeyArray,
+        dtype=jnp.float32,
+    ):
+        shape = tuple(int(s) for s in image_shape)
+        if len(shape) == 2:
+            shape = (1, *shape)
+        if len(shape) != 3 or min(shape) < 1:
+            raise ValueError(f"image_shape={image_shape!r} must be (H, W) or (C, H, W).")
+        self.image_shape = shape
+        self.kernel_size = _check_int("kernel_size", kernel_size)
+        self.stride = _check_int("stride", self.kernel_size if stride is None else stride)
+        self.padding = _check_int("padding", padding, 0)
+        c = shape[0]
+        grid = [(s + 2 * self.padding - self.kernel_size) // self.stride + 1 for s in shape[1:]]
+        if min(grid) < 1:
+            raise ValueError(
+                f"kernel_size={kernel_size} with padding={padding} does not fit the image "
+                f"{shape[1:]}."
+            )
+        fan_in = c * self.kernel_size**2
+        k1, k2 = jax.random.split(key)
+        self.kernel = _normal(
+            k1, (c, self.kernel_size, self.kernel_size, d), 1 / math.sqrt(fan_in), dtype
+        )
+        self.bias = jnp.zeros(d, dtype)
+        self.cls = jnp.zeros(d, dtype)
+        self.position = _normal(k2, (1 + grid[0] * grid[1], d), 0.02, dtype)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.position.shape[0]
+
+    def __call__(self, image) -> Tokens:
+        x = jnp.asarray(image, self.kernel.dtype)
+        if x.ndim == 2:
+            x = x[None]
+        if tuple(x.shape) != self.image_shape:
+            raise ValueError(
+                f"image has shape {tuple(jnp.shape(image))}; this embedding takes "
+                f"{self.image_shape} (or {self.image_shape[1:]} for one channel)."
+            )
+        w = jnp.transpose(self.kernel, (3, 0, 1, 2))  # (d, c, kh, kw): OIHW
+        p = self.padding
+        y = jax.lax.conv_general_dilated(x[None], w, (self.stride, self.stride), [(p, p), (p, p)])[
+            0
+        ]  # (d, gh, gw)
+        tokens = y.reshape(y.shape[0], -1).T + self.bias
+        return jnp.concatenate([self.cls[None], tokens]) + self.position
+
+
+class TokenEmbedding(eqx.Module):
+    """Token ids to the initial condition: `u(0)_i = E[x_i] + pos_i` (GPT-2's embedding)."""
+
+    word: Float[Array, "vocab d"]
+    position: Float[Array, "positions d"]
+
+    def __init__(self, vocab: int, positions: int, d: int, *, key: PRNGKeyArray, dtype=jnp.float32):
+        k1, k2 = jax.random.split(key)
+        self.word = _normal(k1, (_check_int("vocab", vocab), d), 0.5, dtype)
+        self.position = _normal(k2, (_check_int("positions", positions), d), 0.5, dtype)
+
+    def __call__(self, ids: Int[Array, " n"]) -> Tokens:
+        n = jnp.shape(ids)[0]
+        if n > self.position.shape[0]:
+            raise ValueError(
+                f"ids has length {n}; this embedding takes at most {self.position.shape[0]}."
+            )
+        return self.word[ids] + self.position[:n]
+
+
+class ClassifierHead(eqx.Module):
+    """Logits from the class token: `W u(T)_0 + b` (the final LayerNorm is the equation's output
+    map)."""
+
+    weight: Float[Array, "d classes"]
+    bias: Float[Array, " classes"]
+
+    def __init__(self, d: int, num_classes: int, *, dtype=jnp.float32):
+        self.weight = jnp.zeros((d, _check_int("num_classes", num_classes, 2)), dtype)
+        self.bias = jnp.zeros(num_classes, dtype)
+
+    def __call__(self, u: Tokens):
+        return u[0] @ self.weight + self.bias
+
+
+class SequenceHead(eqx.Module):
+    """Logits at every position: `u(T)_i W + b`, shape `(n, vocab)`."""
+
+    weight: Float[Array, "d vocab"]
+    bias: Float[Array, " vocab"]
+
+    def __init__(self, d: int, vocab: int, *, dtype=jnp.float32):
+        self.weight = jnp.zeros((d, _check_int("vocab", vocab, 2)), dtype)
+        self.bias = jnp.zeros(vocab, dtype)
+
+    def __call__(self, u: Tokens):
+        return u @ self.weight + self.bias
+
+
+class ControlledModel(eqx.Module):
+    r"""`x ↦ head(u(T))` with `u(0) = embedding(x)` and `u` solving `transformer`'s equation.
+
+    `transformer` carries the equation, its controls and the discretization (scheme and steps
+    per layer); `rediscretize` changes the latter and keeps everything trained.
+    """
+
+    embedding: eqx.Module
+    transformer: Transformer
+    head: eqx.Module
+
+    def solve(self, x, **kwargs):
+        """The `Solution` of the equation from `embedding(x)` (keyword arguments go to
+        `workbench.integrate`: `adjoint=`, `running_cost=`, `throw=`)."""
+        return self.transformer.solve(self.embedding(x), **kwargs)
+
+    def __call__(self, x):
+        return self.head(self.transformer(self.embedding(x)))
+
+    def rediscretize(self, scheme=None, steps_per_layer=None) -> "ControlledModel":
+        return ControlledModel(
+            self.embedding, self.transformer.rediscretize(scheme, steps_per_layer), self.head
+        )

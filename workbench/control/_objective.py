@@ -1,0 +1,189 @@
+r"""The optimal-control objective: a terminal loss through the readout head plus running costs.
+
+$$J(θ) = \frac1B \sum_i ℓ\big(\mathrm{head}(u_i(T)), y_i\big)
+   + λ_K \int_0^T \tfrac1n \|u_t\|^2\,dt + λ_θ \int_0^T \|θ(t)\|^2\,dt
+   + λ_s \int_0^T \|θ'(t)\|^2\,dt$$
+
+subject to `u_i` solving the equation with controls θ (docs/control.md). The kinetic term is
+summed in the same scan as the solve (`integrate(..., running_cost=)`); the control terms depend
+on the controls only and are computed in closed form from the stacked layer values.
+"""
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .._controls import AbstractControl
+
+__all__ = [
+    "AbstractControlCost",
+    "AbstractTerminalLoss",
+    "ControlNorm",
+    "ControlSmoothness",
+    "CrossEntropy",
+    "KineticEnergy",
+    "Objective",
+]
+
+
+def _check_weight(owner: str, weight) -> None:
+    ok = not isinstance(weight, bool) and isinstance(weight, (int, float)) and weight >= 0
+    if not ok or not np.isfinite(weight):
+        raise ValueError(f"{owner}.weight={weight!r} must be a finite number >= 0.")
+
+
+class AbstractTerminalLoss(eqx.Module):
+    """`ℓ(prediction, target)` for one example, a scalar."""
+
+    @abc.abstractmethod
+    def __call__(self, prediction, target): ...
+
+
+class CrossEntropy(AbstractTerminalLoss):
+    """Softmax cross-entropy with integer labels: one label (classification) or one per position
+    (sequences; labels `< 0` are ignored, e.g. the prompt of a sequence task)."""
+
+    def __call__(self, logits, labels):
+        labels = jnp.asarray(labels)
+        if labels.ndim == 0:
+            return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        keep = labels >= 0
+        losses = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
+        return jnp.sum(jnp.where(keep, losses, 0)) / jnp.maximum(jnp.sum(keep), 1)
+
+
+class KineticEnergy(eqx.Module):
+    r"""`λ_K ∫ (1/n) ‖u_t‖² dt`, the kinetic (transport) cost of the token trajectories.
+
+    Each step contributes `λ_K (1/n) ‖u_{k+1} − u_k‖² / τ`: the kinetic energy of the
+    piecewise-linear path through the computed states (the midpoint rule for `∫‖u_t‖²`, second
+    order), summed in the solve's own scan. With `LieTrotter`, `τ = 1` it is `λ_K` times the
+    mean squared size of the network's residual updates.
+    """
+
+    weight: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        _check_weight("KineticEnergy", self.weight)
+
+    def step_cost(self, t, u, tau, u_next):
+        del t
+        n = u.shape[0]
+        return self.weight * jnp.sum((u_next - u) ** 2) / (n * tau)
+
+
+def _control_leaves(transformer) -> list:
+    """The stacked inexact arrays of every control of the equation (leading axis = layer)."""
+    leaves = []
+    for op in transformer.equation.operators:
+        for c in (op.term, op.projection):
+            if isinstance(c, AbstractControl):
+                leaves += jax.tree.leaves(eqx.filter(c.values, eqx.is_inexact_array))
+    return leaves
+
+
+class AbstractControlCost(eqx.Module):
+    """A cost on the controls θ alone, `∫ L(θ, θ') dt`, in closed form."""
+
+    @abc.abstractmethod
+    def __call__(self, transformer): ...
+
+
+class ControlNorm(AbstractControlCost):
+    r"""`λ_θ ∫ ‖θ(t)‖² dt = λ_θ h Σ_l ‖θ_l‖²` for piecewise-constant controls (layer length
+    `h`); the same sum is used for interpolated controls (their layer values)."""
+
+    weight: float = eqx.field(static=True, default=1e-4)
+
+    def __check_init__(self):
+        _check_weight("ControlNorm", self.weight)
+
+    def __call__(self, transformer):
+        h = transformer.equation.piece_length
+        total = sum(jnp.sum(x**2) for x in _control_leaves(transformer))
+        return self.weight * h * total
+
+
+class ControlSmoothness(AbstractControlCost):
+    r"""`λ_s ∫ ‖θ'(t)‖² dt = λ_s Σ_l ‖θ_{l+1} − θ_l‖² / h`: exact for the piecewise-linear
+    controls through the layer values (`Interpolated`), the same discrete sum for a network's
+    piecewise-constant ones. It makes trained controls smooth in depth, what a network needs to
+    be consistent with an ODE as the step shrinks."""
+
+    weight: float = eqx.field(static=True, default=1e-3)
+
+    def __check_init__(self):
+        _check_weight("ControlSmoothness", self.weight)
+
+    def __call__(self, transformer):
+        h = transformer.equation.piece_length
+        total = sum(jnp.sum((x[1:] - x[:-1]) ** 2) for x in _control_leaves(transformer))
+        return self.weight * total / h
+
+
+class Objective(eqx.Module):
+    """The training objective: `terminal` loss (mean over the batch) + `kinetic` (running, in
+    the solve) + `controls` (closed form in θ).
+
+    **Arguments:**
+
+    - `terminal`: an `AbstractTerminalLoss`, `CrossEntropy()` by default.
+    - `kinetic`: a `KineticEnergy` or `None`.
+    - `controls`: a tuple of `AbstractControlCost` (`ControlNorm`, `ControlSmoothness`).
+    """
+
+    terminal: AbstractTerminalLoss = CrossEntropy()
+    kinetic: KineticEnergy | None = None
+    controls: tuple[AbstractControlCost, ...] = ()
+
+    def __check_init__(self):
+        if not isinstance(self.terminal, AbstractTerminalLoss):
+            raise ValueError(f"Objective.terminal={self.terminal!r} must be e.g. CrossEntropy().")
+        if self.kinetic is not None and not isinstance(self.kinetic, KineticEnergy):
+            raise ValueError(
+                f"Objective.kinetic={self.kinetic!r} must be None or KineticEnergy(λ)."
+            )
+        for c in self.controls:
+            if not isinstance(c, AbstractControlCost):
+                raise ValueError(
+                    f"Objective.controls holds {c!r}; give ControlNorm(λ) / ControlSmoothness(λ)."
+                )
+
+    def per_example(self, model, x, y, solve_kwargs=None):
+        """(terminal loss, kinetic cost, prediction) of one example. The solve does not raise
+        on NaN/inf (`throw=False`): the trainer's guard reports the training step instead."""
+        kwargs = {"throw": False, **(solve_kwargs or {})}
+        if self.kinetic is not None:
+            kwargs["running_cost"] = self.kinetic.step_cost
+        sol = model.solve(x, **kwargs)
+        prediction = model.head(sol.y)
+        kinetic = sol.running_cost if self.kinetic is not None else jnp.zeros((), sol.y.dtype)
+        return self.terminal(prediction, y), kinetic, prediction
+
+    def __call__(self, model, xs, ys, solve_kwargs=None):
+        """`(J, aux)` on a batch: `aux = {"loss", "kinetic", "control", "accuracy"}` (the
+        terminal loss alone is `loss`)."""
+        losses, kinetic, predictions = jax.vmap(
+            lambda x, y: self.per_example(model, x, y, solve_kwargs)
+        )(xs, ys)
+        loss = jnp.mean(losses)
+        control = sum((c(model.transformer) for c in self.controls), jnp.zeros((), loss.dtype))
+        total = loss + jnp.mean(kinetic) + control
+        return total, {
+            "loss": loss,
+            "kinetic": jnp.mean(kinetic),
+            "control": control,
+            "accuracy": accuracy(predictions, ys),
+        }
+
+
+def accuracy(logits, labels):
+    """Fraction of correct argmax predictions (labels `< 0` ignored)."""
+    labels = jnp.asarray(labels)
+    keep = labels >= 0
+    hit = (jnp.argmax(logits, -1) == labels) & keep
+    return jnp.sum(hit) / jnp.maximum(jnp.sum(keep), 1)

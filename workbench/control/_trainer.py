@@ -1,0 +1,392 @@
+r"""The training loop: optax on the optimal-control objective, with seeded batches, metrics,
+checkpoints, exact resume, a NaN guard and data parallelism over devices.
+
+Exact resume rests on three facts: the batch of step `s` is a function of `(seed, s)`
+(`batch_indices`), the augmentation key of step `s` is `fold_in(key(seed), s)`, and a checkpoint
+holds the parameters and the optimizer state bit for bit. A run killed at any point and started
+again with the same arguments therefore ends with the same parameters as an uninterrupted run.
+"""
+
+import contextlib
+import csv
+import dataclasses
+import io
+import math
+import pathlib
+import signal
+import time
+from collections.abc import Callable
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .._progress import progress_bar
+from ..io import atomic_write_text
+from ._checkpoint import CheckpointManager, params_sha256
+from ._data import Dataset, batch_indices, check_batch_size
+from ._gradients import AbstractGradientMethod, DiscretizeThenOptimize
+from ._objective import Objective, accuracy
+
+__all__ = ["TrainingDiverged", "TrainResult", "default_optimizer", "evaluate", "train"]
+
+METRICS = (
+    "step",
+    "objective",
+    "loss",
+    "kinetic",
+    "control",
+    "train_accuracy",
+    "eval_accuracy",
+    "learning_rate",
+    "elapsed_s",
+)
+
+
+class TrainingDiverged(FloatingPointError):
+    """The objective or its gradient became NaN/inf; the message names the step."""
+
+
+def default_optimizer(
+    learning_rate: float = 3e-3,
+    *,
+    steps: int,
+    warmup: int = 100,
+    weight_decay: float = 0.05,
+    clip: float = 1.0,
+    final_fraction: float = 0.01,
+) -> optax.GradientTransformation:
+    """AdamW with a linear warm-up to `learning_rate` over `warmup` steps, then cosine decay to
+    `final_fraction · learning_rate` at `steps`, after clipping the global gradient norm to
+    `clip`. The learning rate is injected (`optax.inject_hyperparams`) so it is logged."""
+    for name, value in (("learning_rate", learning_rate), ("clip", clip)):
+        if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name}={value!r} must be a finite number > 0.")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps={steps!r} must be a positive integer.")
+    warmup = min(int(warmup), max(steps - 1, 0))
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, learning_rate, warmup, max(steps, warmup + 1), learning_rate * final_fraction
+    )
+    return optax.chain(
+        optax.clip_by_global_norm(clip),
+        optax.inject_hyperparams(optax.adamw)(learning_rate=schedule, weight_decay=weight_decay),
+    )
+
+
+def _learning_rate(opt_state) -> float:
+    for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "hyperparams")):
+        if hasattr(s, "hyperparams") and "learning_rate" in s.hyperparams:
+            return float(s.hyperparams["learning_rate"])
+    return float("nan")
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What `train` returns.
+
+    - `model`: the trained model; `params_sha256`: the hash of its floating arrays.
+    - `history`: the metrics rows (dicts with the keys of `METRICS`), including those restored
+      from an earlier, interrupted run.
+    - `resumed_from`: the checkpoint step the run restarted from (0: a fresh run).
+    - `steps_per_second`: the measured training throughput of this process (compilation
+      excluded); `compile_time_s`: the first step's extra time.
+    """
+
+    model: eqx.Module
+    params_sha256: str
+    history: list[dict]
+    resumed_from: int
+    steps_per_second: float
+    compile_time_s: float
+    num_devices: int
+
+
+def _mesh(devices):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = list(jax.devices() if devices is None else devices)
+    mesh = Mesh(np.asarray(devices), ("batch",))
+    return (
+        len(devices),
+        NamedSharding(mesh, PartitionSpec("batch")),
+        NamedSharding(mesh, PartitionSpec()),
+    )
+
+
+def evaluate(model, data: Dataset, *, batch_size: int = 512) -> float:
+    """Accuracy of `model` on `data` (argmax of the predictions against integer targets)."""
+    static = eqx.filter(model, eqx.is_array, inverse=True)
+    params = eqx.filter(model, eqx.is_array)
+
+    @jax.jit
+    def predict(p, xs):
+        m = eqx.combine(p, static)
+        return jax.vmap(m)(xs)
+
+    hits, count = 0.0, 0
+    for i in range(0, len(data), batch_size):
+        xs, ys = data.inputs[i : i + batch_size], data.targets[i : i + batch_size]
+        logits = predict(params, jnp.asarray(xs))
+        keep = np.asarray(ys) >= 0
+        hits += float(accuracy(logits, jnp.asarray(ys))) * keep.sum()
+        count += keep.sum()
+    return hits / max(count, 1)
+
+
+class _StopRequest:
+    """SIGINT/SIGTERM set a flag; the loop checkpoints and stops at the next step boundary."""
+
+    def __init__(self):
+        self.signal = None
+
+    @contextlib.contextmanager
+    def installed(self):
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum, frame):
+            del frame
+            if self.signal is not None:  # a second signal: stop at once
+                signal.default_int_handler(signum, None)
+            self.signal = signum
+
+        for s in previous:
+            signal.signal(s, handler)
+        try:
+            yield self
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+def _read_metrics(path: pathlib.Path, upto: int) -> list[dict]:
+    """Rows of `metrics.csv` with `step <= upto` (later or torn rows are dropped)."""
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            try:
+                step = int(row["step"])
+                parsed = {k: (float(v) if v not in ("", None) else None) for k, v in row.items()}
+            except (TypeError, ValueError, KeyError):
+                continue
+            if step <= upto and all(k in parsed for k in METRICS):
+                parsed["step"] = step
+                rows.append(parsed)
+    return rows
+
+
+def _csv_text(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=METRICS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in METRICS})
+    return buffer.getvalue()
+
+
+def train(
+    model: eqx.Module,
+    data: Dataset,
+    *,
+    steps: int,
+    batch_size: int,
+    objective: Objective | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+    method: AbstractGradientMethod | None = None,
+    seed: int = 0,
+    augment: Callable | None = None,
+    eval_data: Dataset | None = None,
+    eval_every: int | None = None,
+    log_every: int = 10,
+    run_dir=None,
+    checkpoint_every: int = 100,
+    keep: int = 3,
+    fingerprint: dict | None = None,
+    devices=None,
+    progress: bool | None = None,
+) -> TrainResult:
+    r"""Train `model` on `data` by minimizing `objective` with `optimizer`.
+
+    Every step takes the batch `batch_indices(seed, step, len(data), batch_size)`, applies
+    `augment(key, inputs)` (if given; `key = fold_in(key(seed), step)`), computes the objective
+    and a direction with `method` and applies `optimizer`. Steps whose objective or direction
+    is not finite are not applied: training stops with `TrainingDiverged` naming the step
+    (the checkpoints on disk are all from finite steps).
+
+    With `run_dir`, the run is durable: `run_dir/checkpoints/` receives a checkpoint every
+    `checkpoint_every` steps, at the end, and when SIGINT/SIGTERM arrives (then the process
+    stops with `KeyboardInterrupt`); `run_dir/metrics.csv` receives a row every `log_every`
+    steps. Called again with the same arguments on the same `run_dir`, `train` resumes from
+    the newest valid checkpoint (a corrupted one is skipped with a warning), drops the
+    metrics rows after it, and finishes with the same parameters as an uninterrupted run.
+    Checkpoints written with another `fingerprint` (the run's configuration) are refused.
+
+    The batch is split over `devices` (default: all visible devices) along a one-axis mesh;
+    parameters are replicated. `batch_size` must be a multiple of the device count.
+
+    **Returns:** a `TrainResult`.
+    """
+    objective = Objective() if objective is None else objective
+    method = DiscretizeThenOptimize() if method is None else method
+    if not isinstance(objective, Objective):
+        raise ValueError(f"objective={objective!r} must be a workbench.control.Objective.")
+    if not isinstance(method, AbstractGradientMethod):
+        raise ValueError(
+            f"method={method!r} is not a gradient method; pass DiscretizeThenOptimize()."
+        )
+    if not isinstance(data, Dataset):
+        raise ValueError(f"data must be a workbench.control.Dataset, got {type(data).__name__}.")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps={steps!r} must be a positive integer.")
+    batch_size = check_batch_size(batch_size, len(data))
+    for name, value in (("log_every", log_every), ("checkpoint_every", checkpoint_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive integer.")
+    optimizer = default_optimizer(steps=int(steps)) if optimizer is None else optimizer
+    num_devices, batch_sharding, replicated = _mesh(devices)
+    if batch_size % num_devices:
+        raise ValueError(
+            f"batch_size={batch_size} must be a multiple of the number of devices "
+            f"({num_devices}) to split the batch evenly."
+        )
+
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    opt_state = optimizer.init(params)
+    start, history = 0, []
+    manager = None
+    metrics_path = None
+    if run_dir is not None:
+        run_dir = pathlib.Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        manager = CheckpointManager(
+            run_dir / "checkpoints", fingerprint=fingerprint or {}, keep=keep
+        )
+        restored = manager.restore((params, opt_state))
+        if restored is not None:
+            start, (params, opt_state), _ = restored
+        metrics_path = run_dir / "metrics.csv"
+        history = _read_metrics(metrics_path, start)
+        atomic_write_text(metrics_path, _csv_text(history))
+    params = jax.device_put(params, replicated)
+    opt_state = jax.device_put(opt_state, replicated)
+    base_key = jax.random.key(seed)
+
+    @eqx.filter_jit
+    def train_step(params, opt_state, xs, ys, step):
+        if augment is not None:
+            xs = augment(jax.random.fold_in(base_key, step), xs)
+        model = eqx.combine(params, static)
+        (value, aux), direction = method.value_and_direction(objective, model, xs, ys)
+        direction = eqx.filter(direction, eqx.is_inexact_array)
+        finite = jnp.isfinite(value) & jnp.all(
+            jnp.asarray([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(direction)])
+        )
+        updates, new_state = optimizer.update(direction, opt_state, params)
+        new_params = eqx.apply_updates(params, updates)
+        keep_old = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+        return keep_old(new_params, params), keep_old(new_state, opt_state), finite, value, aux
+
+    def save(step):
+        if manager is not None:
+            manager.save(step, (params, opt_state), {"params_sha256": params_sha256(params)})
+
+    stop = _StopRequest()
+    timed_steps, timed_seconds, compile_time = 0, 0.0, 0.0
+    log_file = None
+    t_start = time.perf_counter()
+    try:
+        if metrics_path is not None:
+            log_file = open(metrics_path, "a", newline="", encoding="utf-8")
+            writer = csv.DictWriter(log_file, fieldnames=METRICS, lineterminator="\n")
+        with (
+            stop.installed(),
+            progress_bar(
+                int(steps),
+                desc="train",
+                disable=None if progress is None else not progress,
+                initial=start,
+            ) as bar,
+        ):
+            for s in range(start, int(steps)):
+                idx = batch_indices(seed, s, len(data), batch_size)
+                xs = jax.device_put(jnp.asarray(data.inputs[idx]), batch_sharding)
+                ys = jax.device_put(jnp.asarray(data.targets[idx]), batch_sharding)
+                t0 = time.perf_counter()
+                params_new, state_new, finite, value, aux = train_step(
+                    params, opt_state, xs, ys, jnp.asarray(s)
+                )
+                finite = bool(finite)
+                elapsed = time.perf_counter() - t0
+                if s == start:
+                    compile_time = elapsed
+                else:
+                    timed_steps, timed_seconds = timed_steps + 1, timed_seconds + elapsed
+                if not finite:
+                    last = manager.steps()[0] if manager is not None and manager.steps() else None
+                    where = (
+                        f"the last good checkpoint is step {last} in {manager.folder}"
+                        if last is not None
+                        else "no checkpoint was written"
+                    )
+                    raise TrainingDiverged(
+                        f"training diverged at step {s}: the objective or its gradient is not "
+                        f"finite (objective = {float(value)}); the update was not applied and "
+                        f"{where}. Lower the learning rate, clip harder, or check the data."
+                    )
+                params, opt_state = params_new, state_new
+                done = s + 1
+                if done % log_every == 0 or done == steps:
+                    row = {
+                        "step": done,
+                        "objective": float(value),
+                        "loss": float(aux["loss"]),
+                        "kinetic": float(aux["kinetic"]),
+                        "control": float(aux["control"]),
+                        "train_accuracy": float(aux["accuracy"]),
+                        "eval_accuracy": None,
+                        "learning_rate": _learning_rate(opt_state),
+                        "elapsed_s": time.perf_counter() - t_start,
+                    }
+                    if (
+                        eval_data is not None
+                        and eval_every
+                        and (done % eval_every == 0 or done == steps)
+                    ):
+                        row["eval_accuracy"] = evaluate(eqx.combine(params, static), eval_data)
+                    history.append(row)
+                    if log_file is not None:
+                        writer.writerow({k: ("" if row[k] is None else row[k]) for k in METRICS})
+                        log_file.flush()
+                    rate = timed_steps / timed_seconds if timed_seconds else float("nan")
+                    bar.set_postfix(loss=f"{row['loss']:.4f}", steps_per_s=f"{rate:.1f}")
+                if done % checkpoint_every == 0 or done == steps:
+                    save(done)
+                bar.update(1)
+                if stop.signal is not None:
+                    save(done)
+                    raise KeyboardInterrupt(
+                        f"stopped by signal {signal.Signals(stop.signal).name} after step {done}; "
+                        f"checkpoint written, rerun the same command to resume."
+                    )
+    finally:
+        if log_file is not None:
+            log_file.close()
+    trained = eqx.combine(params, static)
+    return TrainResult(
+        model=trained,
+        params_sha256=params_sha256(params),
+        history=history,
+        resumed_from=start,
+        steps_per_second=timed_steps / timed_seconds if timed_seconds else float("nan"),
+        compile_time_s=compile_time,
+        num_devices=num_devices,
+    )
