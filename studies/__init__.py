@@ -70,6 +70,8 @@ STUDIES: dict[str, str] = {
     "resolution": "studies.resolution",
     "stability": "studies.stability",
     "train-digits": "studies.train_digits",
+    "train-sequence": "studies.train_sequence",
+    "adjoint-accuracy": "studies.adjoint_accuracy",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""

@@ -21,7 +21,7 @@ from ._config import ConfigError, check, check_choices, check_divides, check_pos
 SCHEMES = {"lie": wb.schemes.LieTrotter, "strang": wb.schemes.Strang,
            "yoshida4": wb.schemes.Yoshida4, "suzuki4": wb.schemes.Suzuki4}  # fmt: skip
 OPTIMIZERS = ("adamw", "adam", "sgd")
-GRADIENTS = ("dto",)
+GRADIENTS = ("dto", "otd", "msa")
 CHECKPOINTING = ("none", "every-step", "binomial")
 ACTIVATIONS = ("gelu", "relu")
 
@@ -57,13 +57,17 @@ def fingerprint(config: Any) -> dict:
 
 
 def optimizer(config: Any, steps: int):
+    """The optax optimizer of the config; with `gradient="msa"` plain `sgd(1.0)`, since the
+    method returns its update itself."""
+    import optax
+
+    if config.gradient == "msa":
+        return optax.sgd(1.0)
     if config.optimizer == "adamw":
         return wbc.default_optimizer(
             config.learning_rate, steps=steps, warmup=config.warmup,
             weight_decay=config.weight_decay, clip=config.clip,
         )  # fmt: skip
-    import optax
-
     warmup = min(config.warmup, steps - 1)
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, config.learning_rate, warmup, max(steps, warmup + 1), config.learning_rate * 0.01
@@ -81,6 +85,15 @@ def gradient_method(config: Any):
         "every-step": wb.CheckpointEvery(1),
         "binomial": wb.BinomialCheckpointing(),
     }[config.checkpointing]
+    if config.gradient == "otd":
+        return wbc.OptimizeThenDiscretize()
+    if config.gradient == "msa":
+        return wbc.SuccessiveApproximations(
+            rho=getattr(config, "msa_rho", 1.0),
+            inner_steps=getattr(config, "msa_inner_steps", 5),
+            inner_learning_rate=getattr(config, "msa_inner_learning_rate", 1e-3),
+            outer_learning_rate=config.learning_rate,
+        )
     return wbc.DiscretizeThenOptimize(adjoint)
 
 
@@ -139,3 +152,58 @@ def certificate(model: wbc.ControlledModel, inputs, plan) -> dict:
         m64 = to_float64(model)
         states = jax.vmap(m64.embedding)(jnp.asarray(np.asarray(inputs)))
         return wbc.certify(m64.transformer, states, plan=plan).to_dict()
+
+
+def history(rows: list[dict]) -> dict:
+    """The metrics rows as arrays: `history_steps`, `history_objective` (every logged step),
+    `history_eval_steps`, `history_eval_accuracy` (the steps with a held-out evaluation)."""
+    evals = [r for r in rows if r["eval_accuracy"] is not None]
+    return {
+        "history_steps": np.asarray([r["step"] for r in rows], int),
+        "history_objective": np.asarray([r["objective"] for r in rows]),
+        "history_eval_steps": np.asarray([r["step"] for r in evals], int),
+        "history_eval_accuracy": np.asarray([r["eval_accuracy"] for r in evals]),
+    }
+
+
+def certificate_lines(cert: dict | None) -> list[str]:
+    """The certificate as a markdown table (no lines without one)."""
+    from ._report import markdown_table
+
+    if cert is None:
+        return []
+    order = "none fitted" if cert["observed_order"] is None else f"{cert['observed_order']:.2f}"
+    plan = "no plan" if cert["plan_holds"] is None else str(cert["plan_holds"])
+    rows = [
+        ("discretization", f"{cert['scheme']}, {cert['steps_per_layer']} step(s)/layer"),
+        ("max-abs error vs Dopri8 reference", f"{cert['error']:.3g}"),
+        ("observed order (expected)", f"{order} ({cert['expected_order']})"),
+        ("largest stable step (trained step)",
+         f"{cert['largest_stable_step']:.3g} ({cert['step']:.3g})"),
+        ("plan holds", plan),
+    ]  # fmt: skip
+    return [
+        "",
+        "**Certificate** (float64, the trained weights against their equation):",
+        "",
+        markdown_table(["quantity", "value"], rows),
+    ]
+
+
+def training_figure(results: Any, title: str, accuracy_label: str):
+    """Objective (log scale) and held-out accuracy against the step, with the target."""
+    from ._report import new_figure
+
+    fig, ax = new_figure(figsize=(6.5, 4.2))
+    ax.semilogy(results.history_steps, results.history_objective, label="objective (train batch)")
+    ax.set(xlabel="step", ylabel="objective")
+    ax.grid(True, which="both", alpha=0.3)
+    twin = ax.twinx()
+    twin.plot(results.history_eval_steps, results.history_eval_accuracy, "o-", color="C1",
+              label=accuracy_label)  # fmt: skip
+    twin.axhline(results.config.target_accuracy, color="C1", ls="--", lw=1)
+    twin.set_ylabel(accuracy_label)
+    ax.set_title(f"{title}, seed {results.config.seed}")
+    lines, more = ax.get_legend_handles_labels(), twin.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
+    return fig

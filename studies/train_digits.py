@@ -31,7 +31,6 @@ import numpy as np
 import workbench.control as wbc
 from studies import _training as T
 from studies._config import check, check_positive
-from studies._report import markdown_table, new_figure
 
 NAME = "train-digits"
 SUMMARY = (
@@ -182,8 +181,6 @@ def compute(config: Config, *, run_dir=None) -> Results:
         certificate = T.certificate(
             result.model, task.test.inputs[: config.certificate_examples], plan
         )
-    rows = result.history
-    evals = [r for r in rows if r["eval_accuracy"] is not None]
     return Results(
         config=config,
         test_accuracy=float(accuracy),
@@ -195,10 +192,7 @@ def compute(config: Config, *, run_dir=None) -> Results:
         compile_time_s=result.compile_time_s,
         wall_time_s=time.perf_counter() - start,
         num_devices=result.num_devices,
-        history_steps=np.asarray([r["step"] for r in rows], int),
-        history_objective=np.asarray([r["objective"] for r in rows]),
-        history_eval_steps=np.asarray([r["step"] for r in evals], int),
-        history_eval_accuracy=np.asarray([r["eval_accuracy"] for r in evals]),
+        **T.history(result.history),
         certificate=certificate,
     )
 
@@ -232,48 +226,9 @@ def report(results: Results) -> str:
         "",
         f"Final parameters SHA-256: `{results.final_params_sha256}`.",
     ]
-    cert = results.certificate
-    if cert is not None:
-        order = "none fitted" if cert["observed_order"] is None else f"{cert['observed_order']:.2f}"
-        lines += [
-            "",
-            "**Certificate** (float64, the trained weights against their equation):",
-            "",
-            markdown_table(
-                ["quantity", "value"],
-                [
-                    (
-                        "discretization",
-                        f"{cert['scheme']}, {cert['steps_per_layer']} step(s)/layer",
-                    ),
-                    ("max-abs error vs Dopri8 reference", f"{cert['error']:.3g}"),
-                    ("observed order (expected)", f"{order} ({cert['expected_order']})"),
-                    (
-                        "largest stable step (trained step)",
-                        f"{cert['largest_stable_step']:.3g} ({cert['step']:.3g})",
-                    ),
-                    (
-                        "plan holds",
-                        "no plan" if cert["plan_holds"] is None else str(cert["plan_holds"]),
-                    ),
-                ],
-            ),
-        ]
+    lines += T.certificate_lines(results.certificate)
     return "\n".join(lines)
 
 
 def figures(results: Results) -> dict:
-    fig, ax = new_figure(figsize=(6.5, 4.2))
-    ax.semilogy(results.history_steps, results.history_objective, label="objective (train batch)")
-    ax.set(xlabel="step", ylabel="objective")
-    ax.grid(True, which="both", alpha=0.3)
-    twin = ax.twinx()
-    twin.plot(results.history_eval_steps, results.history_eval_accuracy, "o-", color="C1",
-              label="held-out accuracy")  # fmt: skip
-    twin.axhline(results.config.target_accuracy, color="C1", ls="--", lw=1)
-    twin.set_ylabel("held-out accuracy")
-    ax.set_title(f"train-digits, seed {results.config.seed}")
-    lines = ax.get_legend_handles_labels()
-    more = twin.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
-    return {"training": fig}
+    return {"training": T.training_figure(results, "train-digits", "held-out accuracy")}

@@ -96,16 +96,141 @@ def test_dto_gradient_matches_central_differences(getkey, rng):
         assert abs(fd - exact) <= 1e-6 * abs(exact), (fd, exact)
 
 
+def well_conditioned(model, key):
+    """Positions of unit size: an untrained ViT's class token starts near zero, where its
+    LayerNorm is nearly singular and every discretization is far from its limit."""
+    pos = jax.random.normal(key, model.embedding.position.shape, model.embedding.position.dtype)
+    return eqx.tree_at(lambda m: m.embedding.position, model, pos)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "adjoint",
+    "scheme, ladder, order, kinetic",
     [
-        wb.CheckpointEvery(1),
-        wb.CheckpointEvery(3),
-        wb.BinomialCheckpointing(2),
-        wb.BinomialCheckpointing(),
-    ],
+        (wb.schemes.LieTrotter(), (8, 16, 32), 1, True),
+        (wb.schemes.Strang(), (4, 8, 16), 2, True),
+        (wb.schemes.Suzuki4(), (2, 4, 8), 4, False),
+    ],  # fmt: skip
 )
+def test_continuous_adjoint_converges_to_the_discrete_gradient_at_the_scheme_order(
+    rng, scheme, ladder, order, kinetic
+):
+    """OptimizeThenDiscretize (the costate solved backward by the scheme) differs from the exact
+    discrete gradient by O(τ^p): observed orders within 0.3 of the scheme's. (The discrete
+    kinetic cost is a second-order quadrature of ∫‖u_t‖², so with it the gap is O(τ²) at best:
+    the fourth-order case runs without it.)"""
+    key = jax.random.key(3)
+    data = tiny_data(rng, n=1)
+    xs, ys = jnp.asarray(data.inputs), jnp.asarray(data.targets)
+    objective = wbc.Objective(
+        kinetic=wbc.KineticEnergy(0.1) if kinetic else None, controls=(wbc.ControlNorm(1e-2),)
+    )
+    errors = []
+    for k in ladder:
+        model = tiny_model(key, scheme=scheme, steps_per_layer=k, layers=1)
+        model = well_conditioned(randomize_head(model, jax.random.key(4)), jax.random.key(5))
+        dto = eqx.filter_jit(wbc.DiscretizeThenOptimize().value_and_direction)
+        otd = eqx.filter_jit(wbc.OptimizeThenDiscretize().value_and_direction)
+        (v1, _), g1 = dto(objective, model, xs, ys)
+        (v2, _), g2 = otd(objective, model, xs, ys)
+        assert float(v1) == pytest.approx(float(v2), rel=1e-13)
+        l1 = jax.tree.leaves(eqx.filter(g1, eqx.is_inexact_array))
+        l2 = jax.tree.leaves(g2)
+        assert len(l1) == len(l2)
+        diff = np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(l1, l2)))
+        errors.append(diff / np.sqrt(sum(float(jnp.sum(a**2)) for a in l1)))
+    orders = np.log2(np.asarray(errors[:-1]) / np.asarray(errors[1:]))
+    assert np.all(np.abs(orders - order) < 0.3), (errors, orders)
+
+
+def test_msa_first_inner_step_moves_every_layer_against_the_gradient(getkey, rng):
+    """Basic MSA (ρ = 0) with one Adam step of size η: the first Adam step is η g/(|g| + 1e-8),
+    so the controls' displacement is that of g = ∂J/∂θ, entry by entry (the Hamiltonian's gradient in θ is
+    the discrete gradient); the embedding and head take `outer_learning_rate` × their gradient."""
+    model = randomize_head(
+        tiny_model(getkey(), scheme=wb.schemes.Strang(), steps_per_layer=2), getkey()
+    )
+    data = tiny_data(rng, n=8)
+    xs, ys = jnp.asarray(data.inputs), jnp.asarray(data.targets)
+    objective = wbc.Objective(
+        kinetic=wbc.KineticEnergy(0.1),
+        controls=(wbc.ControlNorm(1e-3), wbc.ControlSmoothness(1e-3)),
+    )
+    (v1, _), g = eqx.filter_jit(wbc.DiscretizeThenOptimize().value_and_direction)(
+        objective, model, xs, ys
+    )
+    msa = wbc.SuccessiveApproximations(
+        rho=0.0, inner_steps=1, inner_learning_rate=1e-4, outer_learning_rate=0.5
+    )
+    (v2, _), d = eqx.filter_jit(msa.value_and_direction)(objective, model, xs, ys)
+    assert float(v2) == pytest.approx(float(v1), rel=1e-13)
+    for op_g, op_d in zip(g.transformer.equation.operators, d.transformer.equation.operators):
+        for a, b in zip(jax.tree.leaves((op_g.term.values, op_g.projection.values)),
+                        jax.tree.leaves((op_d.term.values, op_d.projection.values))):  # fmt: skip
+            a, b = np.asarray(a), np.asarray(b)
+            big = np.abs(a) > 1e-9  # key biases: zero gradient (softmax shift invariance)
+            # Adam's first step, bias-corrected: η g / (|g| + 1e-8).
+            np.testing.assert_allclose(b[big], 1e-4 * a[big] / (np.abs(a[big]) + 1e-8), rtol=1e-8)
+    for part in ("embedding", "head"):
+        for a, b in zip(jax.tree.leaves(getattr(g, part)), jax.tree.leaves(getattr(d, part))):
+            np.testing.assert_allclose(np.asarray(b), 0.5 * np.asarray(a), rtol=1e-10, atol=1e-14)
+
+
+def test_extended_msa_trains(getkey, rng):
+    import optax
+
+    model = tiny_model(getkey(), dtype=jnp.float64)
+    data = tiny_data(rng)
+    msa = wbc.SuccessiveApproximations(
+        rho=1.0, inner_steps=3, inner_learning_rate=5e-3, outer_learning_rate=0.05
+    )
+    res = _train(model, data, steps=30, log_every=5, method=msa, optimizer=optax.sgd(1.0))
+    losses = [r["loss"] for r in res.history]
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_certificate_measures_the_trained_discretization(getkey):
+    """The certificate's numbers against independent computations: the error at the model's
+    steps against a Dopri8 reference, the observed order of a smooth pre-norm model (Lie: 1),
+    the stability limit from the same spectra, and a plan's verdict against its error."""
+    import diffrax
+
+    model = tiny_model(getkey(), layers=2, steps_per_layer=2)
+    tr = model.transformer
+    states = jax.random.normal(getkey(), (2, 5, 8), jnp.float64)
+    plan = wb.analysis.DiscretizationPlan(
+        method="strang", steps_per_layer=4, tolerance=1e-3, measured_error=0.0, evaluations=0,
+        largest_stable_step=1.0, step=0.25, stable=True,
+    )  # fmt: skip
+    cert = wbc.certify(tr, states, plan=plan, ladder=(2, 4, 8, 16))
+    ref = [wb.integrate(tr.equation, u, diffrax.Dopri8(), num_steps=2 * 128).u1 for u in states]
+    ours = [tr.solve(u).u1 for u in states]
+    error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(ours, ref))
+    assert cert.error == pytest.approx(error, rel=1e-6)
+    assert cert.reference_error_estimate < 1e-3 * cert.error
+    assert abs(cert.observed_order - 1) < 0.3 and cert.expected_order == 1
+    strang = [wb.integrate(tr.equation, u, wb.schemes.Strang(), num_steps=8).u1 for u in states]
+    plan_error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(strang, ref))
+    assert cert.plan_error == pytest.approx(plan_error, rel=1e-6)
+    assert cert.plan_holds == (plan_error <= 1e-3)
+    assert cert.stable == (cert.step <= cert.largest_stable_step)
+    assert cert.num_decaying_eigenvalues > 0
+
+
+def test_continuous_adjoint_refuses_post_norm(getkey, rng):
+    model = tiny_model(getkey())
+    tr = model.transformer
+    post = eqx.tree_at(lambda t: t.equation.placement, tr, wb.PostNorm())
+    model = eqx.tree_at(lambda m: m.transformer, model, post)
+    data = tiny_data(rng, n=2)
+    with pytest.raises(ValueError, match="needs a pre-norm equation"):
+        wbc.OptimizeThenDiscretize().value_and_direction(
+            wbc.Objective(), model, jnp.asarray(data.inputs), jnp.asarray(data.targets)
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("adjoint", [wb.CheckpointEvery(3), wb.BinomialCheckpointing(2)])
 def test_checkpoint_policies_give_the_same_gradient(getkey, rng, adjoint):
     model = randomize_head(
         tiny_model(getkey(), layers=3, scheme=wb.schemes.Strang(), steps_per_layer=2), getkey()
@@ -391,6 +516,57 @@ def test_train_digits_verdict_follows_the_accuracy():
     assert s.verdict(r).startswith("Yes. Held-out accuracy 90.00 % against the target 75.0 %")
     worse = dataclasses.replace(r, test_accuracy=0.5)
     assert s.verdict(worse).startswith("No. Held-out accuracy 50.00 %")
+
+
+def test_training_configs_refuse_bad_names_and_foreign_plans(tmp_path):
+    """Unknown optimizer / gradient names list the valid ones; a plan made for another model is
+    refused before training, naming what differs."""
+    import studies.train_digits as s
+    from studies import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"gradient='adam' is not allowed; valid choices: 'dto', 'otd', 'msa'"
+    ):
+        s.Config(gradient="adam")
+    with pytest.raises(
+        ConfigError, match=r"optimizer='lion' is not allowed; valid choices: 'adamw', 'adam', 'sgd'"
+    ):
+        s.Config(optimizer="lion")
+    with pytest.raises(ConfigError, match=r"batch_size=5000 is not allowed; at most 1347"):
+        s.Config(batch_size=5000)
+    plan = wb.analysis.DiscretizationPlan(
+        method="strang", steps_per_layer=2, tolerance=1e-4, measured_error=1e-5, evaluations=0,
+        largest_stable_step=1.0, step=0.5, stable=True,
+        model={"d": 32, "num_layers": 6, "num_heads": 4, "dim_feedforward": 128, "equation": "pre-norm"},
+    )  # fmt: skip
+    plan.save(tmp_path / "plan.json")
+    config = s.Config(plan=str(tmp_path / "plan.json"))
+    with pytest.raises(
+        ConfigError,
+        match=r"was written for another model \(d: plan 32, model 64; num_layers: plan 6, model 4\)",
+    ):
+        s.compute(config)
+    with pytest.raises(ConfigError, match=r"plan=.* is not allowed; a plan.json written by"):
+        s.Config(plan=str(tmp_path / "missing.json"))
+
+
+def test_adjoint_accuracy_verdict_follows_the_orders():
+    import dataclasses
+
+    import studies.adjoint_accuracy as s
+
+    c = s.smoke_config()
+    lie = s.Ladder("lie", 1, [2, 4, 8], [0.2, 0.1, 0.05], 1.0, (0.9, 1.1))
+    strang = s.Ladder("strang", 2, [2, 4, 8], [4e-3, 1e-3, 2.5e-4], 2.0, (1.9, 2.1))
+    costs = [s.Cost("dto", [2, 8], [100, 400], [1e-3, 2e-3], [1.0, 1.0]),
+             s.Cost("dto-every-step", [2, 8], [60, 80], [2e-3, 3e-3], [1.0, 1.0])]  # fmt: skip
+    r = s.Results(c, [lie, strang], costs, 10.0)
+    text = s.verdict(r)
+    assert text.startswith("Yes.") and "lie 1.00 (expected 1)" in text and "0.20×" in text
+    bad = dataclasses.replace(strang, observed_order=1.4)
+    assert s.verdict(dataclasses.replace(r, ladders=[lie, bad])).startswith("Partly.")
+    none = dataclasses.replace(lie, observed_order=None)
+    assert s.verdict(dataclasses.replace(r, ladders=[none, bad])).startswith("No.")
 
 
 def _cli(out, *extra, wait=True):

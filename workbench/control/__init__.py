@@ -6,6 +6,10 @@ optax optimizer, a gradient method (`DiscretizeThenOptimize`), seeded batches, c
 exact resume.
 """
 
+from ._adjoint import (
+    OptimizeThenDiscretize as OptimizeThenDiscretize,
+    costate_gradient as costate_gradient,
+)
 from ._certificate import Certificate as Certificate, certify as certify
 from ._checkpoint import (
     CheckpointManager as CheckpointManager,
@@ -25,6 +29,7 @@ from ._models import (
     TokenEmbedding as TokenEmbedding,
     random_transformer as random_transformer,
 )
+from ._msa import SuccessiveApproximations as SuccessiveApproximations
 from ._objective import (
     AbstractControlCost as AbstractControlCost,
     AbstractTerminalLoss as AbstractTerminalLoss,

@@ -33,9 +33,12 @@ class Certificate:
     - `ladder_steps_per_layer`, `ladder_errors`: the scheme at refined step counts.
     - `observed_order` (with `order_ci`) from `fit_order` on the ladder, `None` when no window
       fits; `expected_order`: `Transformer.expected_order`.
-    - `largest_stable_step`: the linear stability limit of the scheme for the Jacobian spectra
-      (largest-modulus eigenvalues, Arnoldi) of the field along the trajectory; `step` the
-      trained step, `stable`: `step <= largest_stable_step`.
+    - `largest_stable_step`: the linear stability limit of the scheme for the decaying part of
+      the Jacobian spectra (largest-modulus eigenvalues, Arnoldi) of the field at the start of
+      every layer along the trajectory (`inf` when none of them decays: nothing to judge, see
+      `num_decaying_eigenvalues`); `step` the trained step, `stable`: `step <=
+      largest_stable_step`; `max_real_eigenvalue`: the largest real part found (> 0: growing
+      modes of the exact flow).
     - `plan_*`: the plan's method, step count and tolerance, its error for the trained weights
       at those steps, and `plan_holds` (`None` without a plan).
     """
@@ -52,6 +55,8 @@ class Certificate:
     largest_stable_step: float
     step: float
     stable: bool
+    num_decaying_eigenvalues: int
+    max_real_eigenvalue: float
     plan_method: str | None = None
     plan_steps_per_layer: int | None = None
     plan_tolerance: float | None = None
@@ -143,6 +148,8 @@ def certify(
         largest_stable_step=tau_star,
         step=float(step),
         stable=bool(step <= tau_star),
+        num_decaying_eigenvalues=int(decaying.size),
+        max_real_eigenvalue=float(np.max(eigs.real)),
         plan_method=None if plan is None else plan.method,
         plan_steps_per_layer=None if plan is None else plan.steps_per_layer,
         plan_tolerance=None if plan is None else plan.tolerance,

@@ -116,20 +116,18 @@ def _mesh(devices):
     )
 
 
+@eqx.filter_jit
+def _predict(model, xs):
+    return jax.vmap(model)(xs)
+
+
 def evaluate(model, data: Dataset, *, batch_size: int = 512) -> float:
-    """Accuracy of `model` on `data` (argmax of the predictions against integer targets)."""
-    static = eqx.filter(model, eqx.is_array, inverse=True)
-    params = eqx.filter(model, eqx.is_array)
-
-    @jax.jit
-    def predict(p, xs):
-        m = eqx.combine(p, static)
-        return jax.vmap(m)(xs)
-
+    """Accuracy of `model` on `data` (argmax of the predictions against integer targets; targets
+    `< 0` are ignored). One compilation per model structure and batch shape."""
     hits, count = 0.0, 0
     for i in range(0, len(data), batch_size):
         xs, ys = data.inputs[i : i + batch_size], data.targets[i : i + batch_size]
-        logits = predict(params, jnp.asarray(xs))
+        logits = _predict(model, jnp.asarray(xs))
         keep = np.asarray(ys) >= 0
         hits += float(accuracy(logits, jnp.asarray(ys))) * keep.sum()
         count += keep.sum()
@@ -280,7 +278,11 @@ def train(
     opt_state = jax.device_put(opt_state, replicated)
     base_key = jax.random.key(seed)
 
-    @eqx.filter_jit
+    # Plain `jax.jit` (every argument is an array; the structure is closed over): unlike
+    # `eqx.filter_jit` it returns before the step has finished, so the host prepares the next
+    # batch meanwhile. A non-finite step is simply not assigned on the host (no select of old
+    # and new values in the compiled step).
+    @jax.jit
     def train_step(params, opt_state, xs, ys, step):
         if augment is not None:
             xs = augment(jax.random.fold_in(base_key, step), xs)
@@ -291,9 +293,7 @@ def train(
             jnp.asarray([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(direction)])
         )
         updates, new_state = optimizer.update(direction, opt_state, params)
-        new_params = eqx.apply_updates(params, updates)
-        keep_old = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-        return keep_old(new_params, params), keep_old(new_state, opt_state), finite, value, aux
+        return eqx.apply_updates(params, updates), new_state, finite, value, aux
 
     def save(step):
         if manager is not None:

@@ -1,0 +1,85 @@
+"""The train-sequence study: its verdict follows the numbers, its config refuses impossible
+tasks, and a run killed with SIGKILL resumes through the command line to the same parameters."""
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import studies.train_sequence as s
+from studies import ConfigError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_train_sequence_verdict_follows_the_accuracy():
+    c = s.smoke_config()
+    r = s.Results(
+        config=c, test_accuracy=0.9, final_params_sha256="0" * 64, baseline_accuracy=0.22,
+        num_steps=200, resumed_from=0, steps_per_second=80.0, compile_time_s=8.0,
+        wall_time_s=30.0, num_devices=1, history_steps=np.arange(1), history_objective=np.ones(1),
+        history_eval_steps=np.arange(1), history_eval_accuracy=np.ones(1), certificate=None,
+    )  # fmt: skip
+    assert s.verdict(r).startswith("Yes. Held-out token accuracy 90.00 % against the target 70.0 %")
+    worse = dataclasses.replace(r, test_accuracy=0.5)
+    assert s.verdict(worse).startswith("No. Held-out token accuracy 50.00 %")
+    full = dataclasses.replace(r, config=s.Config(), test_accuracy=0.985)
+    assert s.verdict(full).startswith(
+        "No. Held-out token accuracy 98.50 % against the target 99.0 %"
+    )
+
+
+def test_train_sequence_config_refuses_impossible_tasks():
+    with pytest.raises(ConfigError, match="num_train"):
+        s.Config(length=2, vocab=4)  # 16 distinct sequences for 5120 examples
+    with pytest.raises(ConfigError, match="batch_size"):
+        s.Config(num_train=32)
+    with pytest.raises(ConfigError, match="length"):
+        s.Config(length=1)
+
+
+def _cli(out, *extra, wait=True):
+    cmd = [sys.executable, "-m", "studies", "run", "train-sequence", "--smoke", "--out", str(out),
+           "--steps", "80", "--warmup", "10", "--checkpoint-every", "10", "--num-train", "512",
+           "--num-test", "128", "--certificate-examples", "0", *extra]  # fmt: skip
+    env = dict(os.environ, WORKBENCH_PROGRESS="0")
+    if wait:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+
+
+@pytest.mark.slow
+def test_train_sequence_resumes_after_sigkill_with_the_same_hash(tmp_path):
+    reference = _cli(tmp_path / "whole")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    want = json.loads((tmp_path / "whole" / "results.json").read_text())
+    proc = _cli(tmp_path / "killed", wait=False)
+    folder = tmp_path / "killed" / "checkpoints"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if folder.exists() and any(
+            p.name >= "step-00000020.json" for p in folder.glob("step-*.json")
+        ):
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "killed" / "results.json").exists()
+    resumed = _cli(tmp_path / "killed")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = json.loads((tmp_path / "killed" / "results.json").read_text())
+    assert 0 < got["resumed_from"] < got["num_steps"] == want["num_steps"] == 80
+    assert got["final_params_sha256"] == want["final_params_sha256"]
+    assert got["test_accuracy"] == want["test_accuracy"]
+    steps = [
+        int(r.split(",")[0]) for r in (tmp_path / "killed" / "metrics.csv").read_text().split()[1:]
+    ]
+    assert steps == list(range(10, 81, 10))
