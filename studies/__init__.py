@@ -72,6 +72,9 @@ STUDIES: dict[str, str] = {
     "train-digits": "studies.train_digits",
     "train-sequence": "studies.train_sequence",
     "adjoint-accuracy": "studies.adjoint_accuracy",
+    "msa-vs-gradient": "studies.msa_vs_gradient",
+    "depth-refinement": "studies.depth_refinement",
+    "regularization-cost": "studies.regularization_cost",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""

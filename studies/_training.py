@@ -26,22 +26,30 @@ CHECKPOINTING = ("none", "every-step", "binomial")
 ACTIVATIONS = ("gelu", "relu")
 
 
-def check_training_fields(config: Any) -> None:
-    """Checks of the fields every training study has (model size, optimizer, discretization)."""
+def check_model_fields(config: Any) -> None:
+    """Checks of the model and discretization fields every training study has (`d`,
+    `num_heads`, `num_layers`, `hidden`, `batch_size`, `steps_per_layer`, `learning_rate`,
+    `clip`, `checkpoint_every`, `warmup`, `scheme`, `activation`)."""
     check_positive(config, "d", "num_heads", "num_layers", "hidden", "batch_size",
                    "steps_per_layer", "learning_rate", "clip", "checkpoint_every")  # fmt: skip
-    check_positive(config, "weight_decay", "kinetic", "control_norm", "smoothness",
-                   allow_zero=True)  # fmt: skip
     check_divides(config, "num_heads", into="d")
     check_choices(config, "scheme", SCHEMES)
-    check_choices(config, "optimizer", OPTIMIZERS)
-    check_choices(config, "gradient", GRADIENTS)
-    check_choices(config, "checkpointing", CHECKPOINTING)
     check_choices(config, "activation", ACTIVATIONS)
-    check_range(config, "target_accuracy", 0.0, 1.0)
     check(
         config, "warmup", isinstance(config.warmup, int) and config.warmup >= 0, "an integer >= 0"
     )
+
+
+def check_training_fields(config: Any) -> None:
+    """`check_model_fields` and the optimizer, gradient method, costs and plan of a training
+    study."""
+    check_model_fields(config)
+    check_positive(config, "weight_decay", "kinetic", "control_norm", "smoothness",
+                   allow_zero=True)  # fmt: skip
+    check_choices(config, "optimizer", OPTIMIZERS)
+    check_choices(config, "gradient", GRADIENTS)
+    check_choices(config, "checkpointing", CHECKPOINTING)
+    check_range(config, "target_accuracy", 0.0, 1.0)
     if config.plan is not None:
         check(
             config,
@@ -141,6 +149,43 @@ def activation(config: Any):
     return wb.terms.activation_from_name(config.activation)
 
 
+def digits_model(
+    config: Any, key, scheme, steps_per_layer: int, *, kernel_size: int, stride: int
+) -> wbc.ControlledModel:
+    """The ViT-style digits model of the config's size: a patch embedding of 8×8 images
+    (`kernel_size`, `stride`, zero padding `kernel_size // 2` when `stride == 1`, else none),
+    a pre-norm equation with fresh controls (`wbc.random_transformer`), a linear head on the
+    class token."""
+    k1, k2 = jax.random.split(key)
+    padding = kernel_size // 2 if stride == 1 else 0
+    return wbc.ControlledModel(
+        wbc.PatchEmbedding((8, 8), config.d, kernel_size=kernel_size, stride=stride,
+                           padding=padding, key=k1),
+        wbc.random_transformer(
+            k2, d=config.d, num_heads=config.num_heads, num_layers=config.num_layers,
+            hidden=config.hidden, activation=activation(config), scheme=scheme,
+            steps_per_layer=steps_per_layer,
+        ),
+        wbc.ClassifierHead(config.d, 10),
+    )  # fmt: skip
+
+
+def subfolder(run_dir, name: str):
+    """`run_dir / name` (None without a run folder): one durable training run of a study."""
+    return None if run_dir is None else pathlib.Path(run_dir) / name
+
+
+def curve(result: wbc.TrainResult) -> dict:
+    """The logged objective against the step and against the training seconds (the time since
+    the start minus the first step's compilation)."""
+    rows = result.history
+    return {
+        "steps": np.asarray([r["step"] for r in rows], int),
+        "seconds": np.asarray([r["elapsed_s"] for r in rows]) - result.compile_time_s,
+        "objective": np.asarray([r["objective"] for r in rows]),
+    }
+
+
 def to_float64(tree):
     """The tree with its floating arrays cast to float64 (call inside `jax.enable_x64(True)`)."""
     return jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, tree)
@@ -207,3 +252,44 @@ def training_figure(results: Any, title: str, accuracy_label: str):
     lines, more = ax.get_legend_handles_labels(), twin.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
     return fig
+
+
+CONTROLS = ("interpolated", "piecewise")
+
+
+def with_controls(model, kind: str):
+    """`model` with `Interpolated` controls (`kind="interpolated"`) or as built."""
+    return wbc.interpolate_controls(model) if kind == "interpolated" else model
+
+
+def refinement_ladder(model: wbc.ControlledModel, inputs, ladder, *, scheme=None,
+                      reference_steps: int = 64) -> dict:  # fmt: skip
+    """How far the trained model's solve is from its equation's exact flow (float64).
+
+    For every input (embedded), the max-abs error of the state at `T` with `scheme` (default: the
+    model's) at each `ladder` entry of steps per layer, against a Dopri8 reference with
+    `reference_steps` per layer; the worst input per entry, and `fit_order` on them.
+    **Returns:** `{"steps_per_layer", "errors", "observed_order", "order_ci"}` (order `None` when
+    no window fits)."""
+    with jax.enable_x64(True):
+        m64 = to_float64(model)
+        tr = m64.transformer
+        scheme = tr.scheme if scheme is None else scheme
+        states = jax.vmap(m64.embedding)(jnp.asarray(np.asarray(inputs), jnp.float64))
+        steps = sorted(int(s) for s in ladder)
+        errors = np.zeros(len(steps))
+        for u0 in states:
+            ref = wba.reference_solution(tr.equation, u0, steps_per_layer=reference_steps)
+            lad = wba.error_ladder(tr.equation, u0, scheme, steps, ref, min_points=1, repeats=1)
+            errors = np.maximum(errors, lad.errors)
+        h = tr.equation.piece_length / np.asarray(steps, float)
+        try:
+            fit = wba.fit_order(h, errors, expected=scheme.order())
+        except ValueError:
+            fit = None
+    return {
+        "steps_per_layer": steps,
+        "errors": errors,
+        "observed_order": None if fit is None else float(fit.order),
+        "order_ci": None if fit is None else (float(fit.ci_low), float(fit.ci_high)),
+    }

@@ -126,27 +126,8 @@ class Results:
 
 
 def _model(config: Config, key, scheme, steps_per_layer):
-    k1, k2 = jax.random.split(key)
-    return wbc.ControlledModel(
-        wbc.PatchEmbedding(
-            (8, 8),
-            config.d,
-            kernel_size=config.kernel_size,
-            stride=1,
-            padding=config.kernel_size // 2,
-            key=k1,
-        ),  # fmt: skip
-        wbc.random_transformer(
-            k2,
-            d=config.d,
-            num_heads=config.num_heads,
-            num_layers=config.num_layers,
-            hidden=config.hidden,
-            activation=T.activation(config),
-            scheme=scheme,
-            steps_per_layer=steps_per_layer,
-        ),  # fmt: skip
-        wbc.ClassifierHead(config.d, 10),
+    return T.digits_model(
+        config, key, scheme, steps_per_layer, kernel_size=config.kernel_size, stride=1
     )
 
 

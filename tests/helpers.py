@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import workbench as wb
+import workbench.control as wbc
 
 A = wb.architectures
 
@@ -76,3 +77,107 @@ def require_reference():
             f"{SKIP_REFERENCE_VARIABLE}=1 to skip them explicitly."
         ) from e
     return torch, transformers
+
+
+# --------------------------------------------------------------------------------------------
+# A study run through the command line, killed and resumed
+# --------------------------------------------------------------------------------------------
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 900):
+    """`python -m studies run <study> --smoke --out <out> <args>` from the repository root,
+    progress bars off: the finished process (`wait`) or the running one."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "studies", "run", study, "--smoke", "--out", str(out), *args]
+    env = dict(os.environ, WORKBENCH_PROGRESS="0")
+    if wait:
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env,
+                              timeout=timeout)  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+
+
+def kill_and_resume(run, folder, *, after_step: int = 20, timeout: float = 600):
+    """The durability check of a training study: `run(out, wait=...)` launches it.
+
+    Runs it uninterrupted in `folder/whole`; starts it again in `folder/killed`, SIGKILLs it as
+    soon as a checkpoint of step `>= after_step` exists, and reruns it there to the end.
+    **Returns:** `(uninterrupted results.json, resumed results.json, metric rows' steps of the
+    resumed run)`."""
+    import json
+    import os
+    import signal
+    import time
+
+    reference = run(folder / "whole")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    want = json.loads((folder / "whole" / "results.json").read_text())
+    proc = run(folder / "killed", wait=False)
+    checkpoints = folder / "killed" / "checkpoints"
+    mark = f"step-{after_step:08d}.json"
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if checkpoints.exists() and any(p.name >= mark for p in checkpoints.glob("step-*.json")):
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (folder / "killed" / "results.json").exists()
+    resumed = run(folder / "killed")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = json.loads((folder / "killed" / "results.json").read_text())
+    rows = (folder / "killed" / "metrics.csv").read_text().split()[1:]
+    return want, got, [int(r.split(",")[0]) for r in rows]
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny controlled models and data for the training tests
+# --------------------------------------------------------------------------------------------
+
+
+def tiny_model(key, *, d=8, layers=2, scheme=wb.schemes.LieTrotter(), steps_per_layer=1,
+               dtype=jnp.float64, image=(4, 4), classes=3):  # fmt: skip
+    """A ViT-style controlled model on `image`-sized inputs (2×2 patches, 2 heads)."""
+    k1, k2 = jax.random.split(key)
+    return wbc.ControlledModel(
+        wbc.PatchEmbedding(image, d, kernel_size=2, stride=2, key=k1, dtype=dtype),
+        wbc.random_transformer(
+            k2,
+            d=d,
+            num_heads=2,
+            num_layers=layers,
+            hidden=12,
+            scheme=scheme,
+            steps_per_layer=steps_per_layer,
+            dtype=dtype,
+            output_scale=0.5,
+        ),  # fmt: skip
+        wbc.ClassifierHead(d, classes, dtype=dtype),
+    )
+
+
+def tiny_data(rng, n=48, image=(4, 4), classes=3, dtype=np.float64):
+    """Noise images whose bright row is the class."""
+    y = rng.integers(0, classes, n)
+    x = rng.standard_normal((n, *image)) * 0.3
+    x[np.arange(n), y % image[0], :] += 1.0  # a learnable signal: the bright row is the class
+    return wbc.Dataset(x.astype(dtype), y.astype(np.int32))
+
+
+def randomize_head(model, key):
+    """A random classifier head (the zero-initialized one has no gradient through u)."""
+    head = model.head
+    w = jax.random.normal(key, head.weight.shape, head.weight.dtype)
+    return eqx.tree_at(lambda m: m.head.weight, model, w)
+
+
+def well_conditioned(model, key):
+    """Positions of unit size: an untrained ViT's class token starts near zero, where its
+    LayerNorm is nearly singular and every discretization is far from its limit."""
+    pos = jax.random.normal(key, model.embedding.position.shape, model.embedding.position.dtype)
+    return eqx.tree_at(lambda m: m.embedding.position, model, pos)

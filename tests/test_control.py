@@ -1,17 +1,15 @@
-"""Training as optimal control: gradients against finite differences and across checkpoint
-policies, the objective's costs against closed forms, and the trainer's durability (exact
-resume after SIGKILL, corrupted checkpoints, changed configs, NaN guard, bad input)."""
+"""Training as optimal control: the objective's costs against closed forms, and the trainer's
+durability (exact resume after SIGKILL, corrupted checkpoints, changed configs, NaN guard, bad
+input), data parallelism and the training studies' command line. The gradients are tested in
+test_control_gradients.py."""
 
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -21,267 +19,14 @@ import pytest
 import workbench as wb
 import workbench.control as wbc
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
-def tiny_model(key, *, d=8, layers=2, scheme=wb.schemes.LieTrotter(), steps_per_layer=1,
-               dtype=jnp.float64, image=(4, 4), classes=3):  # fmt: skip
-    k1, k2 = jax.random.split(key)
-    return wbc.ControlledModel(
-        wbc.PatchEmbedding(image, d, kernel_size=2, stride=2, key=k1, dtype=dtype),
-        wbc.random_transformer(
-            k2,
-            d=d,
-            num_heads=2,
-            num_layers=layers,
-            hidden=12,
-            scheme=scheme,
-            steps_per_layer=steps_per_layer,
-            dtype=dtype,
-            output_scale=0.5,
-        ),  # fmt: skip
-        wbc.ClassifierHead(d, classes, dtype=dtype),
-    )
-
-
-def tiny_data(rng, n=48, image=(4, 4), classes=3, dtype=np.float64):
-    y = rng.integers(0, classes, n)
-    x = rng.standard_normal((n, *image)) * 0.3
-    x[np.arange(n), y % image[0], :] += 1.0  # a learnable signal: the bright row is the class
-    return wbc.Dataset(x.astype(dtype), y.astype(np.int32))
-
-
-def randomize_head(model, key):
-    head = model.head
-    w = jax.random.normal(key, head.weight.shape, head.weight.dtype)
-    return eqx.tree_at(lambda m: m.head.weight, model, w)
-
-
-# --------------------------------------------------------------------------------------------
-# Gradients
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_dto_gradient_matches_central_differences(getkey, rng):
-    """float64: the directional derivative of J along random directions, from the gradient and
-    from central differences, agree to a relative 1e-6 (Strang, 2 steps/layer,
-    all costs on)."""
-    model = randomize_head(
-        tiny_model(getkey(), scheme=wb.schemes.Strang(), steps_per_layer=2), getkey()
-    )
-    data = tiny_data(rng, n=6)
-    objective = wbc.Objective(
-        wbc.CrossEntropy(),
-        wbc.KineticEnergy(0.1),
-        (wbc.ControlNorm(1e-2), wbc.ControlSmoothness(1e-2)),
-    )
-    xs, ys = jnp.asarray(data.inputs), jnp.asarray(data.targets)
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    J = lambda p: objective(eqx.combine(p, static), xs, ys)[0]
-    (value, _), grad = wbc.DiscretizeThenOptimize().value_and_direction(objective, model, xs, ys)
-    np.testing.assert_allclose(float(value), float(J(params)), rtol=1e-14)
-    leaves, treedef = jax.tree.flatten(params)
-    gleaves = jax.tree.leaves(eqx.filter(grad, eqx.is_inexact_array))
-    for _ in range(3):
-        direction = [jax.random.normal(getkey(), x.shape, x.dtype) for x in leaves]
-        exact = sum(float(jnp.vdot(g, v)) for g, v in zip(gleaves, direction))
-        # The class token starts near zero, so its LayerNorm has a large curvature: the central
-        # difference's O(h²) error is ≈ 5e5 h² relative here, and round-off ≈ 1e-16 J/(h J').
-        h = 1e-7
-        at = lambda s: float(
-            J(jax.tree.unflatten(treedef, [x + s * v for x, v in zip(leaves, direction)]))
-        )
-        fd = (at(h) - at(-h)) / (2 * h)
-        assert abs(fd - exact) <= 1e-6 * abs(exact), (fd, exact)
-
-
-def well_conditioned(model, key):
-    """Positions of unit size: an untrained ViT's class token starts near zero, where its
-    LayerNorm is nearly singular and every discretization is far from its limit."""
-    pos = jax.random.normal(key, model.embedding.position.shape, model.embedding.position.dtype)
-    return eqx.tree_at(lambda m: m.embedding.position, model, pos)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "scheme, ladder, order, kinetic",
-    [
-        (wb.schemes.LieTrotter(), (8, 16, 32), 1, True),
-        (wb.schemes.Strang(), (4, 8, 16), 2, True),
-        (wb.schemes.Suzuki4(), (2, 4, 8), 4, False),
-    ],  # fmt: skip
+from helpers import (
+    kill_and_resume,
+    study_cli,
+    tiny_data,
+    tiny_model,
 )
-def test_continuous_adjoint_converges_to_the_discrete_gradient_at_the_scheme_order(
-    rng, scheme, ladder, order, kinetic
-):
-    """OptimizeThenDiscretize (the costate solved backward by the scheme) differs from the exact
-    discrete gradient by O(τ^p): observed orders within 0.3 of the scheme's. (The discrete
-    kinetic cost is a second-order quadrature of ∫‖u_t‖², so with it the gap is O(τ²) at best:
-    the fourth-order case runs without it.)"""
-    key = jax.random.key(3)
-    data = tiny_data(rng, n=1)
-    xs, ys = jnp.asarray(data.inputs), jnp.asarray(data.targets)
-    objective = wbc.Objective(
-        kinetic=wbc.KineticEnergy(0.1) if kinetic else None, controls=(wbc.ControlNorm(1e-2),)
-    )
-    errors = []
-    for k in ladder:
-        model = tiny_model(key, scheme=scheme, steps_per_layer=k, layers=1)
-        model = well_conditioned(randomize_head(model, jax.random.key(4)), jax.random.key(5))
-        dto = eqx.filter_jit(wbc.DiscretizeThenOptimize().value_and_direction)
-        otd = eqx.filter_jit(wbc.OptimizeThenDiscretize().value_and_direction)
-        (v1, _), g1 = dto(objective, model, xs, ys)
-        (v2, _), g2 = otd(objective, model, xs, ys)
-        assert float(v1) == pytest.approx(float(v2), rel=1e-13)
-        l1 = jax.tree.leaves(eqx.filter(g1, eqx.is_inexact_array))
-        l2 = jax.tree.leaves(g2)
-        assert len(l1) == len(l2)
-        diff = np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in zip(l1, l2)))
-        errors.append(diff / np.sqrt(sum(float(jnp.sum(a**2)) for a in l1)))
-    orders = np.log2(np.asarray(errors[:-1]) / np.asarray(errors[1:]))
-    assert np.all(np.abs(orders - order) < 0.3), (errors, orders)
 
-
-def test_msa_first_inner_step_moves_every_layer_against_the_gradient(getkey, rng):
-    """Basic MSA (ρ = 0) with one Adam step of size η: the first Adam step is η g/(|g| + 1e-8),
-    so the controls' displacement is that of g = ∂J/∂θ, entry by entry (the Hamiltonian's gradient in θ is
-    the discrete gradient); the embedding and head take `outer_learning_rate` × their gradient."""
-    model = randomize_head(
-        tiny_model(getkey(), scheme=wb.schemes.Strang(), steps_per_layer=2), getkey()
-    )
-    data = tiny_data(rng, n=8)
-    xs, ys = jnp.asarray(data.inputs), jnp.asarray(data.targets)
-    objective = wbc.Objective(
-        kinetic=wbc.KineticEnergy(0.1),
-        controls=(wbc.ControlNorm(1e-3), wbc.ControlSmoothness(1e-3)),
-    )
-    (v1, _), g = eqx.filter_jit(wbc.DiscretizeThenOptimize().value_and_direction)(
-        objective, model, xs, ys
-    )
-    msa = wbc.SuccessiveApproximations(
-        rho=0.0, inner_steps=1, inner_learning_rate=1e-4, outer_learning_rate=0.5
-    )
-    (v2, _), d = eqx.filter_jit(msa.value_and_direction)(objective, model, xs, ys)
-    assert float(v2) == pytest.approx(float(v1), rel=1e-13)
-    for op_g, op_d in zip(g.transformer.equation.operators, d.transformer.equation.operators):
-        for a, b in zip(jax.tree.leaves((op_g.term.values, op_g.projection.values)),
-                        jax.tree.leaves((op_d.term.values, op_d.projection.values))):  # fmt: skip
-            a, b = np.asarray(a), np.asarray(b)
-            big = np.abs(a) > 1e-9  # key biases: zero gradient (softmax shift invariance)
-            # Adam's first step, bias-corrected: η g / (|g| + 1e-8).
-            np.testing.assert_allclose(b[big], 1e-4 * a[big] / (np.abs(a[big]) + 1e-8), rtol=1e-8)
-    for part in ("embedding", "head"):
-        for a, b in zip(jax.tree.leaves(getattr(g, part)), jax.tree.leaves(getattr(d, part))):
-            np.testing.assert_allclose(np.asarray(b), 0.5 * np.asarray(a), rtol=1e-10, atol=1e-14)
-
-
-def test_extended_msa_trains(getkey, rng):
-    import optax
-
-    model = tiny_model(getkey(), dtype=jnp.float64)
-    data = tiny_data(rng)
-    msa = wbc.SuccessiveApproximations(
-        rho=1.0, inner_steps=3, inner_learning_rate=5e-3, outer_learning_rate=0.05
-    )
-    res = _train(model, data, steps=30, log_every=5, method=msa, optimizer=optax.sgd(1.0))
-    losses = [r["loss"] for r in res.history]
-    assert losses[-1] < 0.8 * losses[0], losses
-
-
-def test_certificate_measures_the_trained_discretization(getkey):
-    """The certificate's numbers against independent computations: the error at the model's
-    steps against a Dopri8 reference, the observed order of a smooth pre-norm model (Lie: 1),
-    the stability limit from the same spectra, and a plan's verdict against its error."""
-    import diffrax
-
-    model = tiny_model(getkey(), layers=2, steps_per_layer=2)
-    tr = model.transformer
-    states = jax.random.normal(getkey(), (2, 5, 8), jnp.float64)
-    plan = wb.analysis.DiscretizationPlan(
-        method="strang", steps_per_layer=4, tolerance=1e-3, measured_error=0.0, evaluations=0,
-        largest_stable_step=1.0, step=0.25, stable=True,
-    )  # fmt: skip
-    cert = wbc.certify(tr, states, plan=plan, ladder=(2, 4, 8, 16))
-    ref = [wb.integrate(tr.equation, u, diffrax.Dopri8(), num_steps=2 * 128).u1 for u in states]
-    ours = [tr.solve(u).u1 for u in states]
-    error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(ours, ref))
-    assert cert.error == pytest.approx(error, rel=1e-6)
-    assert cert.reference_error_estimate < 1e-3 * cert.error
-    assert abs(cert.observed_order - 1) < 0.3 and cert.expected_order == 1
-    strang = [wb.integrate(tr.equation, u, wb.schemes.Strang(), num_steps=8).u1 for u in states]
-    plan_error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(strang, ref))
-    assert cert.plan_error == pytest.approx(plan_error, rel=1e-6)
-    assert cert.plan_holds == (plan_error <= 1e-3)
-    assert cert.stable == (cert.step <= cert.largest_stable_step)
-    assert cert.num_decaying_eigenvalues > 0
-
-
-def test_continuous_adjoint_refuses_post_norm(getkey, rng):
-    model = tiny_model(getkey())
-    tr = model.transformer
-    post = eqx.tree_at(lambda t: t.equation.placement, tr, wb.PostNorm())
-    model = eqx.tree_at(lambda m: m.transformer, model, post)
-    data = tiny_data(rng, n=2)
-    with pytest.raises(ValueError, match="needs a pre-norm equation"):
-        wbc.OptimizeThenDiscretize().value_and_direction(
-            wbc.Objective(), model, jnp.asarray(data.inputs), jnp.asarray(data.targets)
-        )
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("adjoint", [wb.CheckpointEvery(3), wb.BinomialCheckpointing(2)])
-def test_checkpoint_policies_give_the_same_gradient(getkey, rng, adjoint):
-    model = randomize_head(
-        tiny_model(getkey(), layers=3, scheme=wb.schemes.Strang(), steps_per_layer=2), getkey()
-    )
-    data = tiny_data(rng, n=4)
-    xs, ys = jnp.asarray(data.inputs), jnp.asarray(data.targets)
-    objective = wbc.Objective(kinetic=wbc.KineticEnergy(0.1))
-    (v0, _), g0 = wbc.DiscretizeThenOptimize().value_and_direction(objective, model, xs, ys)
-    (v1, _), g1 = wbc.DiscretizeThenOptimize(adjoint).value_and_direction(objective, model, xs, ys)
-    assert float(v0) == pytest.approx(float(v1), rel=1e-14)
-    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-13)
-
-
-def test_checkpoint_every_needs_a_divisor(getkey):
-    model = tiny_model(getkey(), layers=2)
-    u = model.embedding(jnp.zeros((4, 4)))
-    with pytest.raises(
-        ValueError, match="not a multiple of 3; choose every among the divisors of 2"
-    ):
-        wb.integrate(model.transformer.equation, u, wb.schemes.LieTrotter(), num_steps=2,
-                     adjoint=wb.CheckpointEvery(3))  # fmt: skip
-    with pytest.raises(ValueError, match="does not apply to a splitting scheme"):
-        wb.integrate(model.transformer.equation, u, wb.schemes.LieTrotter(), num_steps=2,
-                     adjoint=diffrax.BacksolveAdjoint())  # fmt: skip
-    with pytest.raises(ValueError, match="does not apply to a diffrax solver"):
-        wb.integrate(model.transformer.equation, u, diffrax.Tsit5(), num_steps=2,
-                     adjoint=wb.CheckpointEvery(1))  # fmt: skip
-
-
-@pytest.mark.slow
-def test_backsolve_adjoint_converges_to_the_discrete_gradient(getkey):
-    """diffrax's continuous adjoint (the equation passed through `args`, so the controls get
-    gradients) approaches the exact gradient of the discrete Tsit5 solve as the step shrinks."""
-    model = tiny_model(getkey(), layers=2)
-    # Generic tokens: BacksolveAdjoint re-solves the state backward in time, which is
-    # ill-conditioned from the near-zero class token of an untrained embedding.
-    u = jax.random.normal(getkey(), (5, 8), jnp.float64)
-    eq = model.transformer.equation
-
-    def loss(eq, k, adjoint):
-        y = wb.integrate(eq, u, diffrax.Tsit5(), num_steps=2 * k, adjoint=adjoint).y
-        return jnp.sum(jnp.sin(3 * y))
-
-    gaps = []
-    for k in (2, 4, 8):
-        g_exact = eqx.filter_grad(loss)(eq, k, None)
-        g_back = eqx.filter_grad(loss)(eq, k, diffrax.BacksolveAdjoint())
-        gaps.append(max(float(jnp.max(jnp.abs(a - b)))
-                        for a, b in zip(jax.tree.leaves(g_exact), jax.tree.leaves(g_back))))  # fmt: skip
-    assert gaps[0] > 0 and gaps[1] < gaps[0] / 8 and gaps[2] < gaps[1] / 8, gaps
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -570,41 +315,16 @@ def test_adjoint_accuracy_verdict_follows_the_orders():
 
 
 def _cli(out, *extra, wait=True):
-    cmd = [sys.executable, "-m", "studies", "run", "train-digits", "--smoke", "--out", str(out),
-           "--epochs", "4", "--warmup", "10", "--checkpoint-every", "10", "--certificate-examples", "0", *extra]  # fmt: skip
-    env = dict(os.environ, WORKBENCH_PROGRESS="0")
-    if wait:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+    return study_cli("train-digits", out, "--epochs", "4", "--warmup", "10", "--checkpoint-every",
+                     "10", "--certificate-examples", "0", *extra, wait=wait)  # fmt: skip
 
 
 @pytest.mark.slow
 def test_train_digits_resumes_after_sigkill_with_the_same_hash(tmp_path):
-    reference = _cli(tmp_path / "whole")
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    want = json.loads((tmp_path / "whole" / "results.json").read_text())
-    proc = _cli(tmp_path / "killed", wait=False)
-    folder = tmp_path / "killed" / "checkpoints"
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        if folder.exists() and any(
-            p.name >= "step-00000020.json" for p in folder.glob("step-*.json")
-        ):
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (tmp_path / "killed" / "results.json").exists()
-    resumed = _cli(tmp_path / "killed")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    got = json.loads((tmp_path / "killed" / "results.json").read_text())
+    want, got, steps = kill_and_resume(_cli, tmp_path)
     assert 0 < got["resumed_from"] < got["num_steps"]
     assert got["final_params_sha256"] == want["final_params_sha256"]
     assert got["test_accuracy"] == want["test_accuracy"]
-    steps = [
-        int(r.split(",")[0]) for r in (tmp_path / "killed" / "metrics.csv").read_text().split()[1:]
-    ]
     assert (
         steps
         == sorted(set(steps))

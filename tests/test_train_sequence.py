@@ -2,19 +2,15 @@
 tasks, and a run killed with SIGKILL resumes through the command line to the same parameters."""
 
 import dataclasses
-import json
-import os
 import pathlib
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 
 import studies.train_sequence as s
 from studies import ConfigError
+
+from helpers import kill_and_resume, study_cli
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -46,40 +42,15 @@ def test_train_sequence_config_refuses_impossible_tasks():
 
 
 def _cli(out, *extra, wait=True):
-    cmd = [sys.executable, "-m", "studies", "run", "train-sequence", "--smoke", "--out", str(out),
-           "--steps", "80", "--warmup", "10", "--checkpoint-every", "10", "--num-train", "512",
-           "--num-test", "128", "--certificate-examples", "0", *extra]  # fmt: skip
-    env = dict(os.environ, WORKBENCH_PROGRESS="0")
-    if wait:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
+    return study_cli("train-sequence", out, "--steps", "80", "--warmup", "10", "--checkpoint-every",
+                     "10", "--num-train", "512", "--num-test", "128", "--certificate-examples",
+                     "0", *extra, wait=wait)  # fmt: skip
 
 
 @pytest.mark.slow
 def test_train_sequence_resumes_after_sigkill_with_the_same_hash(tmp_path):
-    reference = _cli(tmp_path / "whole")
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    want = json.loads((tmp_path / "whole" / "results.json").read_text())
-    proc = _cli(tmp_path / "killed", wait=False)
-    folder = tmp_path / "killed" / "checkpoints"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if folder.exists() and any(
-            p.name >= "step-00000020.json" for p in folder.glob("step-*.json")
-        ):
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (tmp_path / "killed" / "results.json").exists()
-    resumed = _cli(tmp_path / "killed")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    got = json.loads((tmp_path / "killed" / "results.json").read_text())
+    want, got, steps = kill_and_resume(_cli, tmp_path)
     assert 0 < got["resumed_from"] < got["num_steps"] == want["num_steps"] == 80
     assert got["final_params_sha256"] == want["final_params_sha256"]
     assert got["test_accuracy"] == want["test_accuracy"]
-    steps = [
-        int(r.split(",")[0]) for r in (tmp_path / "killed" / "metrics.csv").read_text().split()[1:]
-    ]
     assert steps == list(range(10, 81, 10))

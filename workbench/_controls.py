@@ -40,6 +40,12 @@ def _check_piece_length(value) -> None:
         )
 
 
+def _check_factor(factor) -> int:
+    if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 1:
+        raise ValueError(f"factor={factor!r} must be a positive integer (pieces per old piece).")
+    return int(factor)
+
+
 def _index(values, i):
     # dynamic_index_in_dim skips the negative-index normalization that `x[i]` emits per leaf.
     take = lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False) if eqx.is_array(x) else x
@@ -108,6 +114,15 @@ class PiecewiseConstant(AbstractControl):
         i = jnp.clip(jnp.floor(t / self.piece_length), 0, self.num_pieces - 1).astype(int)
         return self.piece(i)
 
+    def refine(self, factor: int) -> "PiecewiseConstant":
+        """The same θ(t) on `factor` times as many pieces of length `h / factor` (every value
+        repeated `factor` times)."""
+        factor = _check_factor(factor)
+        values = jax.tree.map(
+            lambda x: jnp.repeat(x, factor, axis=0) if eqx.is_array(x) else x, self.values
+        )
+        return PiecewiseConstant(values, self.piece_length / factor)
+
 
 class Interpolated(AbstractControl):
     r"""Piecewise-linear θ(t) through the layer values placed at the layer midpoints.
@@ -157,6 +172,21 @@ class Interpolated(AbstractControl):
             lo,
             hi,
         )
+
+    def refine(self, factor: int) -> "Interpolated":
+        r"""Controls on `factor` times as many pieces of length `h' = h / factor`: θ sampled at
+        the new midpoints `(j + ½) h'`. Equal to θ on its linear stretches. At an old midpoint
+        (a kink of θ) an odd `factor` puts a new midpoint, so nothing changes; an even one cuts
+        the corner by `|θ_{l+1} − 2θ_l + θ_{l−1}| / (4 factor)` (the layer values' second
+        difference; `θ_{−1} = θ_0` and `θ_L = θ_{L−1}` at the ends, where θ is constant). The
+        depth refinement of a trained network: train with `L` pieces, refine, continue training
+        at `factor · L`."""
+        factor = _check_factor(factor)
+        h = self.piece_length / factor
+        ts = (jnp.arange(self.num_pieces * factor) + 0.5) * h
+        static = eqx.filter(self.values, eqx.is_array, inverse=True)
+        sampled = jax.vmap(lambda t: eqx.filter(self.evaluate(t), eqx.is_array))(ts)
+        return Interpolated(eqx.combine(sampled, static), h)
 
 
 class Constant(AbstractControl):

@@ -27,7 +27,9 @@ from ._models import (
     PatchEmbedding as PatchEmbedding,
     SequenceHead as SequenceHead,
     TokenEmbedding as TokenEmbedding,
+    interpolate_controls as interpolate_controls,
     random_transformer as random_transformer,
+    refine_depth as refine_depth,
 )
 from ._msa import SuccessiveApproximations as SuccessiveApproximations
 from ._objective import (

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._controls import PiecewiseConstant
+from .._controls import AbstractControl, Interpolated, PiecewiseConstant
 from .._equation import Equation, Operator, PostNorm, PreNorm
 from .._types import Tokens
 from ..architectures._model import Transformer
@@ -30,7 +30,9 @@ __all__ = [
     "PatchEmbedding",
     "SequenceHead",
     "TokenEmbedding",
+    "interpolate_controls",
     "random_transformer",
+    "refine_depth",
 ]
 
 
@@ -269,3 +271,40 @@ class ControlledModel(eqx.Module):
         return ControlledModel(
             self.embedding, self.transformer.rediscretize(scheme, steps_per_layer), self.head
         )
+
+
+def _map_controls(model, fn: Callable[[AbstractControl], AbstractControl]):
+    """`model` (a `Transformer` or a `ControlledModel`) with `fn` applied to every control."""
+    if isinstance(model, ControlledModel):
+        return ControlledModel(model.embedding, _map_controls(model.transformer, fn), model.head)
+    if not isinstance(model, Transformer):
+        raise ValueError(
+            f"expected a ControlledModel or a workbench.architectures.Transformer, got "
+            f"{type(model).__name__}."
+        )
+    eq = model.equation
+    ops = tuple(
+        Operator(fn(op.term), None if op.projection is None else fn(op.projection))
+        for op in eq.operators
+    )
+    return Transformer(Equation(ops, eq.placement, eq.output), model.scheme, model.steps_per_layer)
+
+
+def interpolate_controls(model):
+    r"""The model with every control made `Interpolated` through the same layer values: θ(t)
+    piecewise linear through `θ_l` at the layer midpoints instead of piecewise constant. Its
+    steps need not align with layers, so it can be solved (and trained) on any grid.
+    Accepts a `ControlledModel` or a `Transformer`; the scheme and steps are kept."""
+
+    def fn(c):
+        return c if isinstance(c, Interpolated) else Interpolated(c.values, c.piece_length)
+
+    return _map_controls(model, fn)
+
+
+def refine_depth(model, factor: int):
+    r"""The model on `factor` times as many layers of duration `h / factor` (same `T`): every
+    control refined (`PiecewiseConstant.refine` repeats each layer, `Interpolated.refine`
+    samples θ at the new midpoints). With the same `steps_per_layer`, the refined model takes
+    `factor` times as many steps: train at `N` steps, refine, continue training at `2N`."""
+    return _map_controls(model, lambda c: c.refine(factor))

@@ -1,0 +1,188 @@
+"""Depth refinement of controls (exact identities and the corner-cutting bound), and the
+training studies msa-vs-gradient, depth-refinement and regularization-cost: verdicts that follow
+their numbers, config errors, and one smoke run that checks its numbers against each other."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import workbench.control as wbc
+from studies import depth_refinement, msa_vs_gradient, regularization_cost
+from studies._config import ConfigError
+
+
+def _transformer(key, layers=3, steps_per_layer=1):
+    return wbc.random_transformer(key, d=8, num_heads=2, num_layers=layers, hidden=12,
+                                  steps_per_layer=steps_per_layer, dtype=jnp.float64,
+                                  output_scale=0.5)  # fmt: skip
+
+
+def _theta(control, ts):
+    return jax.vmap(control.evaluate)(ts)
+
+
+def _max_diff(a, b) -> float:
+    return max(
+        float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+    )
+
+
+def test_piecewise_constant_refinement_is_the_same_control_and_the_same_network(getkey):
+    """Repeating every layer `f` times leaves θ(t) unchanged, and Lie with 1 step per refined
+    piece takes exactly the steps of Lie with `f` steps per original layer (to round-off)."""
+    m = _transformer(getkey())
+    r = wbc.refine_depth(m, 2)
+    assert r.num_layers == 6 and r.equation.piece_length == 0.5
+    ts = jnp.linspace(0.0, 2.999, 61)
+    for a, b in zip(m.equation.operators, r.equation.operators):
+        assert _max_diff(_theta(a.term, ts), _theta(b.term, ts)) == 0.0
+    u = jax.random.normal(getkey(), (5, 8), jnp.float64)
+    np.testing.assert_allclose(r(u), m.rediscretize(steps_per_layer=2)(u), rtol=0, atol=1e-13)
+
+
+def _second_difference(values):
+    """max |θ_{l+1} − 2θ_l + θ_{l−1}| over layers and entries, θ extended constantly."""
+    out = 0.0
+    for v in jax.tree.leaves(values):
+        p = jnp.concatenate([v[:1], v, v[-1:]])
+        out = max(out, float(jnp.max(jnp.abs(p[2:] - 2 * p[1:-1] + p[:-2]))))
+    return out
+
+
+@pytest.mark.parametrize("factor", [2, 3, 4])
+def test_interpolated_refinement_samples_theta_and_cuts_corners_by_the_second_difference(
+    getkey, factor
+):
+    """`Interpolated.refine(f)` equals θ at the new midpoints; it differs from θ only around
+    the old kinks, by at most max |θ_{l+1} − 2θ_l + θ_{l−1}| / (4 f) for even f, and not at all
+    for odd f (a new midpoint sits on every old one)."""
+    m = wbc.interpolate_controls(_transformer(getkey()))
+    r = wbc.refine_depth(m, factor)
+    h = r.equation.piece_length
+    assert r.num_layers == 3 * factor and abs(h - 1 / factor) < 1e-15
+    mids = (jnp.arange(r.num_layers) + 0.5) * h
+    ts = jnp.linspace(0.0, 3.0, 12 * 25 + 1)
+    for a, b in zip(m.equation.operators, r.equation.operators):
+        assert _max_diff(_theta(a.term, mids), _theta(b.term, mids)) < 1e-14
+        gap = _max_diff(_theta(a.term, ts), _theta(b.term, ts))
+        if factor % 2:
+            assert gap < 1e-14
+        else:
+            bound = _second_difference(a.term.values) / (4 * factor)
+            assert 0.5 * bound < gap <= bound * (1 + 1e-12)
+        # Between the new midpoints next to old kinks θ is linear on both: equal there.
+        inner = jnp.linspace(0.5 + h / 2, 1.5 - h / 2, 11)
+        assert _max_diff(_theta(a.term, inner), _theta(b.term, inner)) < 1e-14
+
+
+def test_interpolate_controls_passes_through_the_layer_values(getkey):
+    m = _transformer(getkey())
+    i = wbc.interpolate_controls(m)
+    assert not i.equation.is_piecewise_constant and i.num_layers == m.num_layers
+    mids = jnp.arange(3) + 0.5
+    for a, b in zip(m.equation.operators, i.equation.operators):
+        assert _max_diff(_theta(a.term, mids), _theta(b.term, mids)) == 0.0
+    with pytest.raises(ValueError, match="factor=0 must be a positive integer"):
+        wbc.refine_depth(i, 0)
+    with pytest.raises(ValueError, match="expected a ControlledModel or a"):
+        wbc.refine_depth(object(), 2)
+
+
+# --------------------------------------------------------------------------------------------
+# Verdicts follow the numbers
+# --------------------------------------------------------------------------------------------
+
+
+def _msa_results(adam, emsa):
+    c = msa_vs_gradient.smoke_config()
+    return msa_vs_gradient.Results(
+        config=c, methods=["adam", "emsa"], steps=np.arange(10, 70, 10),
+        seconds=np.tile(np.linspace(0.1, 1.0, 6), (2, 1)), objective=np.ones((2, 6)),
+        test_accuracy=np.array([0.9, 0.8]), steps_per_second=np.array([100.0, 10.0]),
+        compile_time_s=np.array([1.0, 2.0]), equal_time_s=1.0,
+        objective_at_equal_time=np.array([adam, emsa]), objective_at_end=np.array([adam, emsa]),
+        emsa_over_adam_at_equal_time=emsa / adam, wall_time_s=3.0,
+    )  # fmt: skip
+
+
+def test_msa_verdict_follows_the_ratio_at_equal_time():
+    assert msa_vs_gradient.verdict(_msa_results(1.0, 1.09)).startswith("Yes.")
+    no = msa_vs_gradient.verdict(_msa_results(1.0, 1.2))
+    assert no.startswith("No.") and "1.20×" in no and "10.0× slower" in no
+
+
+def test_msa_objective_average_at_a_time():
+    seconds = np.array([0.5, 1.0, 1.5, 2.0, 2.5])
+    objective = np.array([5.0, 4.0, 3.0, 2.0, 1.0])
+    assert msa_vs_gradient._averaged(seconds, objective, 2.0, 2) == 2.5  # rows at 1.5 and 2.0
+    assert msa_vs_gradient._averaged(seconds, objective, 0.1, 3) == 5.0  # nothing yet: the first
+    assert msa_vs_gradient._averaged(seconds, objective, 9.0, 5) == 3.0
+
+
+def _depth_results(change_without, change_with):
+    c = depth_refinement.smoke_config()
+    acc = np.full((2, 3, 3), 0.9)
+    acc[0, 0, 2] += change_without / 100
+    acc[1, 0, 2] += change_with / 100
+    return depth_refinement.Results(
+        config=c, accuracy=acc, refined_accuracy=np.full((2, 3), 0.9),
+        errors=np.ones((2, 3, 3)), observed_order=np.array([[1.0, np.nan, 1.0]] * 2),
+        smoothness=np.ones((2, 3)), accuracy_change=np.array([change_without, change_with]),
+        expected_order=1, wall_time_s=1.0,
+    )  # fmt: skip
+
+
+def test_depth_refinement_verdict_follows_the_accuracy_change():
+    yes = depth_refinement.verdict(_depth_results(-3.0, 0.5))
+    assert yes.startswith("Yes.") and "+0.50 points" in yes and "-3.00" in yes
+    assert depth_refinement.verdict(_depth_results(0.0, -1.2)).startswith("No.")
+
+
+def _reg_results(needed, acc):
+    c = regularization_cost.smoke_config()
+    r = regularization_cost.Results(
+        config=c, kinetic_weight=np.array([0.0, 0.01]), smoothness_weight=np.zeros(2),
+        test_accuracy=np.asarray(acc), kinetic_energy=np.ones(2), errors=np.ones((2, 4)),
+        steps_needed=np.asarray(needed), observed_order=np.ones(2), reference=0, cheapest=0,
+        wall_time_s=1.0,
+    )  # fmt: skip
+    return r
+
+
+def test_regularization_verdict_follows_steps_and_accuracy():
+    yes = _reg_results([8, 2], [0.9, 0.895])
+    yes.cheapest = 1
+    text = regularization_cost.verdict(yes)
+    assert text.startswith("Yes.") and "needs 2 step(s)" in text and "needs 8" in text
+    assert regularization_cost.verdict(_reg_results([8, 2], [0.9, 0.8])).startswith("No.")
+    assert "> 8" in regularization_cost.verdict(_reg_results([0, 0], [0.9, 0.9]))
+
+
+def test_training_study_configs_name_bad_fields():
+    with pytest.raises(ConfigError, match=r"patch=3"):
+        msa_vs_gradient.Config(patch=3)
+    with pytest.raises(ConfigError, match=r"controls='linear'.*'interpolated', 'piecewise'"):
+        depth_refinement.Config(controls="linear")
+    with pytest.raises(ConfigError, match=r"kinetic_weights=.*including 0"):
+        regularization_cost.Config(kinetic_weights=(1e-3,))
+    with pytest.raises(ConfigError, match=r"plan_scheme='rk4'"):
+        regularization_cost.Config(plan_scheme="rk4")
+
+
+@pytest.mark.slow
+def test_regularization_cost_smoke_is_consistent():
+    """The smoke run's numbers agree with each other: the steps needed are the first ladder
+    entry under the tolerance, errors fall along the ladder, the kinetic cost lowers the
+    trajectory's kinetic energy, and the cheapest model is within the allowed accuracy drop."""
+    r = regularization_cost.compute(regularization_cost.smoke_config())
+    c = r.config
+    for errors, needed in zip(r.errors, r.steps_needed):
+        assert np.all(np.diff(np.log(errors)) < 0)
+        under = [k for k, e in zip(c.ladder, errors) if e <= c.tolerance]
+        assert needed == (under[0] if under else 0)
+    assert r.kinetic_energy[1] < r.kinetic_energy[0]  # λ_K = 0.01 against 0
+    assert 100 * (r.test_accuracy[r.reference] - r.test_accuracy[r.cheapest]) <= c.max_drop
+    assert dataclasses.asdict(r.config) == dataclasses.asdict(c)
