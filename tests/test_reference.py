@@ -1,9 +1,9 @@
 """Exact recovery against independent implementations: PyTorch and Hugging Face.
 
-Each recovered model (`encoder_from_torch`, `bert_from_hf`, `gpt2_from_hf`, Paper A's literal
-scheme) is run on the same weights and inputs as the reference, and the largest absolute
-difference must be at most 1e-4 in float32 and 1e-10 in float64 (the reference then runs in
-float64 too). Sizes are small (d <= 64, at most 4 layers, at most 16 tokens) so the module runs
+Each recovered model (`encoder_from_torch`, `bert_from_hf`, `gpt2_from_hf`, `vit_from_hf`,
+Paper A's literal scheme) is run on the same weights and inputs as the reference, and the largest
+absolute difference must be at most 1e-4 in float32 and 1e-10 in float64 (the reference then
+runs in float64 too). Sizes are small (d <= 64, at most 4 layers, at most 16 tokens) so the module runs
 in about a minute on two CPU cores; nearly all of it is compiling one model per case.
 
 Note on float64 references: a torch module must be cast with `.double()` *before*
@@ -341,6 +341,43 @@ def test_gpt2_batch_vmap_matches_hf(dtype):
     # The eager `jax.vmap` path (no jit) of the public contract.
     got = jax.vmap(A.gpt2_from_hf(sd, cfg))(jnp.asarray(ids))
     _assert_close(got, want.numpy(), dtype, "GPT-2 batch")
+
+
+# --------------------------------------------------------------------------------------------
+# 3b. Hugging Face ViTModel
+# --------------------------------------------------------------------------------------------
+
+# (d, heads, layers, intermediate, image (rows, cols), patch (rows, cols), channels, qkv_bias)
+VIT_CASES = [
+    (16, 2, 2, 32, (8, 8), (4, 4), 3, True),  # square image and patches, 2×2 grid
+    (12, 3, 2, 24, (12, 8), (4, 4), 1, True),  # non-square image: 3×2 grid, one channel
+    (20, 4, 1, 40, (9, 12), (3, 4), 3, False),  # non-square patches: 3×3 grid, no q/k/v bias
+]
+
+
+def _vit_case(case, dtype):
+    d, heads, layers, inter, image, patch, channels, qkv_bias = case
+    rng = np.random.default_rng([300, d, heads, layers, *image, *patch])
+    cfg = A.vit_config(d=d, num_heads=heads, num_layers=layers, intermediate=inter,
+                       image_size=image, patch_size=patch, num_channels=channels,
+                       qkv_bias=qkv_bias)  # fmt: skip
+    sd = A.random_vit_state_dict(rng, cfg, dtype=dtype)
+    pixels = rng.standard_normal((2, channels, *image)).astype(dtype)
+    return cfg, sd, pixels
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("case", VIT_CASES, ids=lambda c: f"d{c[0]}-img{c[4]}-patch{c[5]}")
+def test_vit_matches_hf(case, dtype):
+    """`vit_from_hf(...)(image)` equals `ViTModel(pixel_values).last_hidden_state[0]`, for two
+    images through `jax.vmap`."""
+    cfg, sd, pixels = _vit_case(case, dtype)
+    ref = _load(transformers.ViTModel(transformers.ViTConfig(**cfg), add_pooling_layer=False),
+                sd, dtype)  # fmt: skip
+    want = _torch_run(ref, pixel_values=torch.from_numpy(pixels)).last_hidden_state.numpy()
+    v = A.vit_from_hf(sd, cfg)
+    got = np.asarray(_apply_batch(v, jnp.asarray(pixels)))
+    _assert_close(got, want, dtype, f"ViT {cfg['image_size']} / {cfg['patch_size']}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from . import (
     control as control,
     io as io,
     particles as particles,
+    pretrained as pretrained,
     schemes as schemes,
     solvers as solvers,
     terms as terms,

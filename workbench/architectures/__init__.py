@@ -25,11 +25,15 @@ from ._random import (
     random_bert_state_dict as random_bert_state_dict,
     random_encoder_state_dict as random_encoder_state_dict,
     random_gpt2_state_dict as random_gpt2_state_dict,
+    random_vit_state_dict as random_vit_state_dict,
+    vit_config as vit_config,
 )
 from ._reference import (
     have_reference as have_reference,
     hf_bert as hf_bert,
     hf_gpt2 as hf_gpt2,
+    hf_vit as hf_vit,
     run_reference as run_reference,
     torch_encoder as torch_encoder,
 )
+from ._vision import ViT as ViT, ViTEmbeddings as ViTEmbeddings, vit_from_hf as vit_from_hf

@@ -65,6 +65,32 @@ def _array(x, dtype):
     return jnp.asarray(x, dtype=dtype)
 
 
+def _linear_layer(get, names: Mapping, *, num_heads: int, activation, eps: float, dtype,
+                  zero_bias: tuple = ()) -> tuple:  # fmt: skip
+    """One layer's terms from PyTorch-`Linear` weights (`y = x Wᵀ + b`, so transposed here):
+    `(attention, its LayerNorm, feed-forward, its LayerNorm)`.
+
+    `get(key)` returns the array of a layer key; `names` maps the roles `q k v o fc1 fc2 norm1
+    norm2` to key prefixes (`prefix.weight`, `prefix.bias`); the roles in `zero_bias` have no
+    bias in the checkpoint (zeros of the weights' dtype)."""
+
+    def bias(role):
+        if role in zero_bias:
+            w = _array(get(f"{names[role]}.weight"), dtype)
+            return jnp.zeros(w.shape[0], w.dtype)
+        return _array(get(f"{names[role]}.bias"), dtype)
+
+    weight = lambda role: _array(get(f"{names[role]}.weight").T, dtype)
+    attn = MultiHeadAttention(
+        *(weight(r) for r in "qkvo"), *(bias(r) for r in "qkvo"), num_heads=num_heads
+    )
+    ffn = FeedForward(weight("fc1"), bias("fc1"), weight("fc2"), bias("fc2"), activation=activation)
+    ln = lambda role: LayerNormProjection(
+        _array(get(f"{names[role]}.weight"), dtype), _array(get(f"{names[role]}.bias"), dtype), eps
+    )
+    return attn, ln("norm1"), ffn, ln("norm2")
+
+
 def encoder_from_torch(
     state_dict: Mapping,
     *,
@@ -277,31 +303,14 @@ def bert_from_hf(state_dict: Mapping, config, *, dtype=None) -> BERT:
         cast=dtype is not None,
     )
 
+    names = {"q": "attention.self.query", "k": "attention.self.key",
+             "v": "attention.self.value", "o": "attention.output.dense",
+             "fc1": "intermediate.dense", "fc2": "output.dense",
+             "norm1": "attention.output.LayerNorm", "norm2": "output.LayerNorm"}  # fmt: skip
+
     def layer(i):
-        g = lambda k: sd[f"encoder.layer.{i}.{k}"]
-        s = lambda p, w: g(f"attention.self.{p}.{w}")
-        attn = MultiHeadAttention(
-            _array(s("query", "weight").T, dtype),
-            _array(s("key", "weight").T, dtype),
-            _array(s("value", "weight").T, dtype),
-            _array(g("attention.output.dense.weight").T, dtype),
-            _array(s("query", "bias"), dtype),
-            _array(s("key", "bias"), dtype),
-            _array(s("value", "bias"), dtype),
-            _array(g("attention.output.dense.bias"), dtype),
-            num_heads=H,
-        )
-        ffn = FeedForward(
-            _array(g("intermediate.dense.weight").T, dtype),
-            _array(g("intermediate.dense.bias"), dtype),
-            _array(g("output.dense.weight").T, dtype),
-            _array(g("output.dense.bias"), dtype),
-            activation=act,
-        )
-        ln = lambda p: LayerNormProjection(
-            _array(g(f"{p}.LayerNorm.weight"), dtype), _array(g(f"{p}.LayerNorm.bias"), dtype), eps
-        )
-        return attn, ln("attention.output"), ffn, ln("output")
+        return _linear_layer(lambda k: sd[f"encoder.layer.{i}.{k}"], names, num_heads=H,
+                             activation=act, eps=eps, dtype=dtype)  # fmt: skip
 
     layers = [layer(i) for i in range(L)]
     equation = transformer_equation(

@@ -141,3 +141,61 @@ def random_gpt2_state_dict(rng, config: dict, dtype=np.float64) -> dict[str, np.
         sd[p + "mlp.c_proj.bias"] = _w(rng, (d,), 10, dtype)
     sd["ln_f.weight"], sd["ln_f.bias"] = _ln(rng, d, dtype)
     return sd
+
+
+def vit_config(
+    *,
+    d: int,
+    num_heads: int,
+    num_layers: int,
+    intermediate: int,
+    image_size=(8, 8),
+    patch_size=(4, 4),
+    num_channels: int = 3,
+    qkv_bias: bool = True,
+) -> dict:
+    """A `ViTConfig`-style dict (the keys `vit_from_hf` reads); sizes an int or `(rows, cols)`."""
+    pair = lambda v: list(v) if isinstance(v, (tuple, list)) else v
+    return {
+        "hidden_size": d,
+        "num_attention_heads": num_heads,
+        "num_hidden_layers": num_layers,
+        "intermediate_size": intermediate,
+        "image_size": pair(image_size),
+        "patch_size": pair(patch_size),
+        "num_channels": num_channels,
+        "qkv_bias": qkv_bias,
+        "layer_norm_eps": 1e-12,
+        "hidden_act": "gelu",
+    }
+
+
+def random_vit_state_dict(rng, config: dict, dtype=np.float64) -> dict[str, np.ndarray]:
+    """Random weights with the keys and shapes of Hugging Face `ViTModel.state_dict()`
+    (transformers 5 names; no pooler)."""
+    d, m, c = config["hidden_size"], config["intermediate_size"], config["num_channels"]
+    size = lambda v: tuple(v) if isinstance(v, (list, tuple)) else (v, v)
+    (h, w), (ph, pw) = size(config["image_size"]), size(config["patch_size"])
+    patches = (h // ph) * (w // pw)
+    sd = {
+        "embeddings.cls_token": _w(rng, (1, 1, d), 1, dtype),
+        "embeddings.position_embeddings": _w(rng, (1, patches + 1, d), 4, dtype),
+        "embeddings.patch_embeddings.projection.weight": _w(
+            rng, (d, c, ph, pw), c * ph * pw, dtype
+        ),
+        "embeddings.patch_embeddings.projection.bias": _w(rng, (d,), 10, dtype),
+    }
+    for i in range(config["num_hidden_layers"]):
+        p = f"layers.{i}."
+        for k in "qkvo":
+            sd[p + f"attention.{k}_proj.weight"] = _w(rng, (d, d), d, dtype)
+            if k == "o" or config.get("qkv_bias", True):
+                sd[p + f"attention.{k}_proj.bias"] = _w(rng, (d,), 10, dtype)
+        sd[p + "layernorm_before.weight"], sd[p + "layernorm_before.bias"] = _ln(rng, d, dtype)
+        sd[p + "layernorm_after.weight"], sd[p + "layernorm_after.bias"] = _ln(rng, d, dtype)
+        sd[p + "mlp.fc1.weight"] = _w(rng, (m, d), d, dtype)
+        sd[p + "mlp.fc1.bias"] = _w(rng, (m,), 10, dtype)
+        sd[p + "mlp.fc2.weight"] = _w(rng, (d, m), m, dtype)
+        sd[p + "mlp.fc2.bias"] = _w(rng, (d,), 10, dtype)
+    sd["layernorm.weight"], sd["layernorm.bias"] = _ln(rng, d, dtype)
+    return sd

@@ -98,6 +98,14 @@ def hf_gpt2(state_dict, config, *, dtype=np.float64):
     return _load(GPT2Model(GPT2Config(**cfg)), state_dict, dtype)
 
 
+def hf_vit(state_dict, config, *, dtype=np.float64):
+    """A Hugging Face `ViTModel` (no pooler, eval mode) holding the given weights."""
+    _torch()
+    from transformers import ViTConfig, ViTModel
+
+    return _load(ViTModel(ViTConfig(**config), add_pooling_layer=False), state_dict, dtype)
+
+
 def run_reference(model, *args, **kwargs) -> np.ndarray:
     """Call a torch model on numpy inputs (batch of one added and removed), returning numpy."""
     torch = _torch()

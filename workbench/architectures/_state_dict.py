@@ -9,6 +9,7 @@ _SIGNATURES = {
     "torch.nn.TransformerEncoder": "self_attn.in_proj_weight",
     "Hugging Face BertModel": "attention.self.query.weight",
     "Hugging Face GPT2Model": "attn.c_attn.weight",
+    "Hugging Face ViTModel": "patch_embeddings.projection.weight",
 }
 
 
