@@ -75,6 +75,7 @@ STUDIES: dict[str, str] = {
     "msa-vs-gradient": "studies.msa_vs_gradient",
     "depth-refinement": "studies.depth_refinement",
     "regularization-cost": "studies.regularization_cost",
+    "real-model-dynamics": "studies.real_model_dynamics",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""

@@ -102,3 +102,21 @@ def test_minilm_bad_input(encoders):
         ours.encode([])
     with pytest.raises(ValueError, match="batch_size=0 must be a positive integer"):
         ours.encode(["a"], batch_size=0)
+
+
+def test_real_model_dynamics_smoke_numbers_agree():
+    """The smoke run on MiniLM: its statistics are those of the pairs it reports, the network is
+    k = 1, and the verdict's two answers are the thresholded changes of its own means."""
+    from studies import real_model_dynamics as s
+
+    r = s.compute(s.smoke_config())
+    c = r.config
+    assert list(r.layers[:7]) == list(range(7)) and r.layers[-1] == c.max_layers
+    assert r.distance_to_network[0] == 0.0 and np.all(r.distance_to_network[1:] > 0)
+    assert np.all((-1 <= r.mean_inner_product) & (r.mean_inner_product <= 1))
+    np.testing.assert_allclose(r.histograms.sum(axis=1) * (2 / c.bins), 1.0, rtol=1e-12)
+    within, beyond = s._answers(r)
+    m = r.mean_inner_product
+    assert within == (m[6] - m[0] >= c.min_increase) and beyond == (m[-1] - m[6] >= c.min_increase)
+    word = {(True, True): "Yes", (False, False): "No"}.get((within, beyond), "Partly")
+    assert s.verdict(r).startswith(word + ".")

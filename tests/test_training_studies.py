@@ -186,3 +186,47 @@ def test_regularization_cost_smoke_is_consistent():
     assert r.kinetic_energy[1] < r.kinetic_energy[0]  # λ_K = 0.01 against 0
     assert 100 * (r.test_accuracy[r.reference] - r.test_accuracy[r.cheapest]) <= c.max_drop
     assert dataclasses.asdict(r.config) == dataclasses.asdict(c)
+
+
+def test_extend_depth_keeps_the_network_and_holds_the_last_layer(getkey):
+    """The extended model's state at the old T is the network's output; past it, every step
+    uses the last layer's controls (θ(t) = θ_{L−1} for t ≥ (L − 1) h)."""
+    m = _transformer(getkey())
+    e = wbc.extend_depth(m, 5)
+    assert e.num_layers == 5 and e.equation.t1 == 5.0
+    u = jax.random.normal(getkey(), (4, 8), jnp.float64)
+    states = e.solve(u, save_steps=True).us
+    np.testing.assert_allclose(states[2], m.solve(u).u1, rtol=0, atol=1e-13)
+    for op in e.equation.operators:
+        last = op.term.piece(2)
+        for t in (2.5, 3.0, 4.9):
+            assert _max_diff(op.term.evaluate(jnp.asarray(t)), last) == 0.0
+    with pytest.raises(ValueError, match="fewer than the model's 3 layers"):
+        wbc.extend_depth(m, 2)
+
+
+def test_real_model_dynamics_verdict_follows_the_means():
+    from studies import real_model_dynamics as s
+
+    c = s.smoke_config()
+
+    def results(means):
+        k = len(means)
+        return s.Results(
+            config=c, layers=np.arange(k), trained=np.arange(k) <= 6,
+            mean_inner_product=np.asarray(means), fraction_clustered=np.zeros(k),
+            num_clusters=np.ones((k, 3), int), histograms=np.ones((7, c.bins)),
+            num_tokens=np.array([10, 10, 10]), steps=np.array([1, 2, 4]),
+            distance_to_network=np.zeros(3), distance_to_reference=np.ones(3),
+            observed_order=None, paraphrase_cosines=np.ones((3, 4)),
+            unrelated_cosines=np.zeros(3), wall_time_s=1.0,
+        )  # fmt: skip
+
+    base = [0.1, 0.1, 0.1, 0.1, 0.1, 0.1]
+    assert s.verdict(results(base + [0.2, 0.5])).startswith("Yes.")
+    assert s.verdict(results(base + [0.2, 0.21])).startswith("Partly.")
+    assert s.verdict(results(base + [0.12, 0.5])).startswith("Partly.")
+    no = s.verdict(results(base + [0.12, 0.13]))
+    assert no.startswith("No.") and "0.100 at the embedding to 0.120 after layer 6" in no
+    with pytest.raises(ConfigError, match=r"steps=\(2, 4\)"):
+        s.Config(steps=(2, 4))

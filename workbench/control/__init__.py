@@ -27,6 +27,7 @@ from ._models import (
     PatchEmbedding as PatchEmbedding,
     SequenceHead as SequenceHead,
     TokenEmbedding as TokenEmbedding,
+    extend_depth as extend_depth,
     interpolate_controls as interpolate_controls,
     random_transformer as random_transformer,
     refine_depth as refine_depth,

@@ -30,6 +30,7 @@ __all__ = [
     "PatchEmbedding",
     "SequenceHead",
     "TokenEmbedding",
+    "extend_depth",
     "interpolate_controls",
     "random_transformer",
     "refine_depth",
@@ -308,3 +309,29 @@ def refine_depth(model, factor: int):
     samples θ at the new midpoints). With the same `steps_per_layer`, the refined model takes
     `factor` times as many steps: train at `N` steps, refine, continue training at `2N`."""
     return _map_controls(model, lambda c: c.refine(factor))
+
+
+def extend_depth(model, num_layers: int):
+    r"""The model solved past its depth: `num_layers` layers of the same duration, the last
+    layer's controls held on `[T, T']` (`T' = num_layers · h`). The trained layers are kept as
+    they are; with the same scheme and steps the extended model's state at `T` is the
+    original's output. Accepts a `ControlledModel` or a `Transformer`."""
+    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)):
+        raise ValueError(f"num_layers={num_layers!r} must be an integer.")
+
+    def fn(c):
+        if num_layers < c.num_pieces:
+            raise ValueError(
+                f"num_layers={num_layers} is fewer than the model's {c.num_pieces} layers; "
+                "extend_depth only adds layers."
+            )
+        extra = num_layers - c.num_pieces
+
+        def grow(x):
+            if not eqx.is_array(x):
+                return x
+            return jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)])
+
+        return type(c)(jax.tree.map(grow, c.values), c.piece_length)
+
+    return _map_controls(model, fn)

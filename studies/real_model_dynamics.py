@@ -1,0 +1,324 @@
+"""Does a real trained Transformer cluster its tokens with depth, as the particle model predicts
+(paper B's Fig. 1), does it keep clustering when its equation is solved past its trained depth,
+and how far is it from its own continuous limit?
+
+Model: all-MiniLM-L6-v2 (`wb.pretrained.minilm()`, the `pretrained` extra), the post-norm BERT
+equation with its trained weights, in float64. Inputs: a few paragraphs written for this study,
+each one sequence (no padding).
+
+1. **Fig. 1**: at every layer `l = 0..6` the token states `x_i / ‖x_i‖` of each paragraph, the
+   histogram of their pairwise inner products (i ≠ j, all paragraphs pooled), the mean inner
+   product, the fraction of pairs above `1 − delta`, and the number of clusters (single linkage
+   at `1 − delta`).
+2. **Past the trained depth**: the equation with the last layer's controls held on `[6, T']`
+   (`wb.control.extend_depth`), the same statistics every `every` layers up to `max_layers`.
+3. **Re-discretization**: Lie–Trotter with `k ∈ steps` steps per layer (the network is `k = 1`):
+   the max-abs distance of the final token states to the network and to `reference_steps` per
+   layer, the observed order of the latter (`fit_order`; post-norm, so 1 at best), and the
+   cosine similarities of a small paraphrase set's sentence embeddings at every `k`.
+
+The verdict on "mass moves toward 1 with depth" is computed from the mean inner products: the
+last trained layer against the first, and the end of the extension against the last layer.
+
+Figures: `histograms` (the inner-product densities per layer, Fig. 1's view), `depth` (mean inner
+product and clustered fraction against depth, trained and extended), `rediscretization`
+(distances against steps per layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import workbench as wb
+import workbench.analysis as wba
+import workbench.control as wbc
+from studies._config import check, check_positive
+
+NAME = "real-model-dynamics"
+SUMMARY = (
+    "Paper B's Fig. 1 on all-MiniLM-L6-v2: clustering per layer, past its depth, re-discretized."
+)
+
+PARAGRAPHS = (
+    "The river rose slowly through the night. By morning the lower fields were under water, and "
+    "the farmers moved their animals to the hill behind the church. Nobody in the village could "
+    "remember a flood like it, although the old miller said his father had spoken of one, long "
+    "before the bridge was built.",
+    "A numerical method replaces a differential equation by a sequence of algebraic steps. Its "
+    "order tells how fast the error falls as the step shrinks, and its stability region tells "
+    "which steps keep the computed solution bounded. Both matter: an accurate method that is "
+    "unstable for the step one can afford is of no use.",
+    "She opened the letter at the kitchen table, read it twice, and then laughed out loud. The "
+    "job was hers. She would leave in March, rent a small flat near the harbour, and learn to "
+    "sail on weekends, as she had promised herself ten years ago.",
+)
+PARAPHRASES = (
+    ("The cat is sleeping on the sofa.", "A cat naps on the couch."),
+    ("The meeting was moved to Friday.", "They postponed the meeting until Friday."),
+    ("He bought a new car last week.", "Last week he purchased a new automobile."),
+    ("It is going to rain tomorrow.", "Tomorrow will be rainy."),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    max_layers: int = 24
+    """Solve the equation up to this time (the model has 6 layers)."""
+    every: int = 3
+    """Statistics every this many layers past the trained depth."""
+    steps: tuple[int, ...] = (1, 2, 4, 8)
+    """Steps per layer of the re-discretization (1 is the network)."""
+    reference_steps: int = 32
+    bins: int = 40
+    delta: float = 0.1
+    """Pairs with inner product ≥ 1 − delta count as clustered."""
+    min_increase: float = 0.05
+    """Increase of the mean inner product that counts as moving toward 1."""
+
+    def __post_init__(self):
+        check_positive(self, "every", "reference_steps", "bins", "delta", "min_increase")
+        check(self, "max_layers", isinstance(self.max_layers, int) and self.max_layers > 6,
+              "an integer > 6 (the model's depth)")  # fmt: skip
+        check(
+            self,
+            "steps",
+            len(self.steps) >= 2 and self.steps[0] == 1
+            and list(self.steps) == sorted(set(self.steps))
+            and all(isinstance(k, int) for k in self.steps)
+            and self.steps[-1] < self.reference_steps,
+            "increasing integers starting at 1, all below reference_steps",
+        )  # fmt: skip
+        check(self, "delta", self.delta <= 1, "a number in (0, 1]")
+
+
+def smoke_config() -> Config:
+    return Config(max_layers=12, every=3, steps=(1, 2, 4), reference_steps=8)
+
+
+@dataclasses.dataclass
+class Results:
+    config: Config
+    layers: np.ndarray
+    """Depths of the statistics: 0..6 (trained), then 6 + every, … (extended)."""
+    trained: np.ndarray
+    """(depth,) bool: within the trained depth."""
+    mean_inner_product: np.ndarray
+    fraction_clustered: np.ndarray
+    num_clusters: np.ndarray
+    """(depth, paragraph): clusters at 1 − delta."""
+    histograms: np.ndarray
+    """(trained layer, bins): density of the pairwise inner products on [−1, 1]."""
+    num_tokens: np.ndarray
+    steps: np.ndarray
+    distance_to_network: np.ndarray
+    """(k,): max-abs distance of the final token states to k = 1."""
+    distance_to_reference: np.ndarray
+    """(k,): max-abs distance to `reference_steps` per layer."""
+    observed_order: float | None
+    paraphrase_cosines: np.ndarray
+    """(k, pair): cosine of each paraphrase pair's sentence embeddings."""
+    unrelated_cosines: np.ndarray
+    """(k,): mean cosine between sentences of different pairs."""
+    wall_time_s: float
+
+
+def _unit(states):
+    return states / jnp.linalg.norm(states, axis=-1, keepdims=True)
+
+
+def _layer_states(transformer, u0, steps_per_layer):
+    """States at every layer boundary 0..L (`(L + 1, n, d)`)."""
+    sol = transformer.solve(u0, save_steps=True)
+    k = steps_per_layer
+    return jnp.concatenate([u0[None], sol.us[k - 1 :: k]])
+
+
+def compute(config: Config) -> Results:
+    start = time.perf_counter()
+    c = config
+    with jax.enable_x64(True):
+        enc = wb.pretrained.minilm(dtype=np.float64)
+        bert = enc.model
+        L = bert.transformer.num_layers
+        extended = wbc.extend_depth(bert.transformer, c.max_layers)
+        per_text = []
+        for text in PARAGRAPHS:
+            ids, types, _ = enc.tokenize([text])
+            n = int(np.count_nonzero(ids[0]))
+            u0 = bert.embeddings(jnp.asarray(ids[0, :n]), jnp.asarray(types[0, :n]))
+            per_text.append((u0, _unit(_layer_states(extended, u0, 1))))
+        depths = list(range(L + 1)) + list(range(L + c.every, c.max_layers + 1, c.every))
+        mean_ip, frac, clusters = [], [], []
+        hist = []
+        for t in depths:
+            pairs = np.concatenate(
+                [np.asarray(wb.particles.pair_inner_products(x[t])) for _, x in per_text]
+            )
+            mean_ip.append(float(np.mean(pairs)))
+            frac.append(float(np.mean(pairs >= 1 - c.delta)))
+            clusters.append(
+                [int(wb.particles.cluster_count(x[t], threshold=c.delta)) for _, x in per_text]
+            )
+            if t <= L:
+                counts, _ = np.histogram(np.clip(pairs, -1, 1), bins=c.bins, range=(-1, 1))
+                hist.append(counts / (counts.sum() * (2 / c.bins)))
+        # Re-discretization: final states and paraphrase embeddings at every k.
+        finals = {}
+        flat = [s for pair in PARAPHRASES for s in pair]
+        p_ids, p_types, p_mask = map(jnp.asarray, enc.tokenize(flat))
+        cosines, unrelated = [], []
+        for k in [*c.steps, c.reference_steps]:
+            tr = bert.transformer.rediscretize(steps_per_layer=k)
+            finals[k] = [tr(u0) for u0, _ in per_text]
+            if k == c.reference_steps:
+                break
+            model = wb.architectures.BERT(bert.embeddings, tr)
+            states = jax.vmap(model)(p_ids, p_types, p_mask)
+            w = p_mask[..., None].astype(states.dtype)
+            emb = np.asarray(_unit(jnp.sum(states * w, 1) / jnp.sum(w, 1)))
+            sims = emb @ emb.T
+            cosines.append([sims[2 * i, 2 * i + 1] for i in range(len(PARAPHRASES))])
+            off = [sims[a, b] for a in range(len(flat)) for b in range(len(flat))
+                   if a // 2 != b // 2]  # fmt: skip
+            unrelated.append(float(np.mean(off)))
+
+        def distance(a, b):
+            return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(finals[a], finals[b]))
+
+        to_net = np.asarray([distance(k, 1) for k in c.steps])
+        to_ref = np.asarray([distance(k, c.reference_steps) for k in c.steps])
+        try:
+            fit = wba.fit_order(1.0 / np.asarray(c.steps, float), to_ref, expected=1)
+            order = float(fit.order)
+        except ValueError:
+            order = None
+    trained = np.asarray([t <= L for t in depths])
+    return Results(
+        config=c,
+        layers=np.asarray(depths),
+        trained=trained,
+        mean_inner_product=np.asarray(mean_ip),
+        fraction_clustered=np.asarray(frac),
+        num_clusters=np.asarray(clusters),
+        histograms=np.asarray(hist),
+        num_tokens=np.asarray([x.shape[1] for _, x in per_text]),
+        steps=np.asarray(c.steps),
+        distance_to_network=to_net,
+        distance_to_reference=to_ref,
+        observed_order=order,
+        paraphrase_cosines=np.asarray(cosines),
+        unrelated_cosines=np.asarray(unrelated),
+        wall_time_s=time.perf_counter() - start,
+    )
+
+
+def _answers(r: Results) -> tuple[bool, bool]:
+    L = int(np.sum(r.trained)) - 1
+    m = r.mean_inner_product
+    return bool(m[L] - m[0] >= r.config.min_increase), bool(m[-1] - m[L] >= r.config.min_increase)
+
+
+def verdict(results: Results) -> str:
+    r = results
+    L = int(np.sum(r.trained)) - 1
+    m = r.mean_inner_product
+    within, beyond = _answers(r)
+    answer = "Yes" if within and beyond else ("Partly" if within or beyond else "No")
+    return (
+        f"{answer}. The mean pairwise inner product of the normalized token states goes from "
+        f"{m[0]:.3f} at the embedding to {m[L]:.3f} after layer {L} "
+        f"({'up' if within else 'not up'} by {r.config.min_increase:g} or more), and to "
+        f"{m[-1]:.3f} at t = {r.layers[-1]} with the last layer held "
+        f"({'still rising' if beyond else 'no further rise of that size'}); pairs above "
+        f"1 − {r.config.delta:g}: {100 * r.fraction_clustered[0]:.1f} % → "
+        f"{100 * r.fraction_clustered[L]:.1f} % → {100 * r.fraction_clustered[-1]:.1f} %."
+    )
+
+
+def report(results: Results) -> str:
+    from studies._report import markdown_table
+
+    r, c = results, results.config
+    rows = [
+        (f"{t}" + ("" if tr else " (extended)"), f"{m:.3f}", f"{100 * f:.1f} %",
+         ", ".join(str(x) for x in k))
+        for t, tr, m, f, k in zip(r.layers, r.trained, r.mean_inner_product,
+                                  r.fraction_clustered, r.num_clusters)
+    ]  # fmt: skip
+    order = "none fitted" if r.observed_order is None else f"{r.observed_order:.2f}"
+    rd = [
+        (str(k), f"{a:.3e}", f"{b:.3e}", ", ".join(f"{x:.4f}" for x in p), f"{u:.4f}")
+        for k, a, b, p, u in zip(r.steps, r.distance_to_network, r.distance_to_reference,
+                                 r.paraphrase_cosines, r.unrelated_cosines)
+    ]  # fmt: skip
+    return "\n".join(
+        [
+            f"all-MiniLM-L6-v2 in float64, {len(r.num_tokens)} paragraphs of "
+            f"{', '.join(str(n) for n in r.num_tokens)} tokens; statistics of the normalized "
+            f"token states, pairs within each paragraph pooled.",
+            "",
+            markdown_table(
+                [
+                    "depth t",
+                    "mean inner product",
+                    f"pairs ≥ 1 − {c.delta:g}",
+                    f"clusters at 1 − {c.delta:g} (per paragraph)",
+                ],
+                rows,
+            ),  # fmt: skip
+            "",
+            f"Re-discretization (Lie–Trotter, k steps per layer; k = 1 is the network; reference "
+            f"{c.reference_steps} steps per layer): observed order {order} (post-norm: 1 at "
+            "best).",
+            "",
+            markdown_table(
+                [
+                    "k",
+                    "distance to the network",
+                    "distance to the reference",
+                    "paraphrase cosines",
+                    "mean cosine, unrelated",
+                ],
+                rd,
+            ),  # fmt: skip
+            "",
+            f"Wall time {r.wall_time_s:.0f} s.",
+        ]
+    )
+
+
+def figures(results: Results) -> dict:
+    from studies._report import new_figure
+
+    r, c = results, results.config
+    centers = np.linspace(-1, 1, c.bins + 1)
+    centers = 0.5 * (centers[1:] + centers[:-1])
+    fig, ax = new_figure(figsize=(6.5, 4.2))
+    for layer, density in enumerate(r.histograms):
+        ax.plot(centers, density, color=f"C{layer}", label=f"layer {layer}")
+    ax.set(xlabel="⟨x_i, x_j⟩ (normalized token states, i ≠ j)", ylabel="density",
+           title=f"all-MiniLM-L6-v2: pairwise inner products, {len(r.num_tokens)} paragraphs")  # fmt: skip
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig2, ax2 = new_figure(figsize=(6.5, 4.2))
+    ax2.plot(r.layers, r.mean_inner_product, "o-", label="mean inner product")
+    ax2.plot(r.layers, r.fraction_clustered, "s-", label=f"pairs ≥ 1 − {c.delta:g}")
+    ax2.axvline(int(np.sum(r.trained)) - 1, color="gray", ls="--", lw=1, label="trained depth")
+    ax2.set(xlabel="depth t (layers)", ylabel="statistic",
+            title="clustering with depth (last layer held past t = 6)")  # fmt: skip
+    ax2.grid(True, alpha=0.3)
+    ax2.legend()
+    fig3, ax3 = new_figure(figsize=(6.5, 4.2))
+    ax3.loglog(r.steps[1:], r.distance_to_network[1:], "o-", label="to the network (k = 1)")
+    ax3.loglog(r.steps, r.distance_to_reference, "s-",
+               label=f"to {c.reference_steps} steps per layer")  # fmt: skip
+    ax3.set(xlabel="steps per layer k", ylabel="max-abs distance of the final states",
+            title="re-discretizing all-MiniLM-L6-v2")  # fmt: skip
+    ax3.grid(True, which="both", alpha=0.3)
+    ax3.legend()
+    return {"histograms": fig, "depth": fig2, "rediscretization": fig3}
