@@ -16,6 +16,12 @@ each one sequence (no padding).
    the max-abs distance of the final token states to the network and to `reference_steps` per
    layer, the observed order of the latter (`fit_order`; post-norm, so 1 at best), and the
    cosine similarities of a small paraphrase set's sentence embeddings at every `k`.
+4. **Spectra and Lyapunov exponents per layer** (first paragraph, along the network's
+   trajectory): the `num_eigenvalues` largest-modulus eigenvalues of the Jacobian of the
+   layer's vector field at the layer's input (Arnoldi), the largest real part, the largest step
+   Lie–Trotter's linear stability allows for the decaying ones (against the network's step 1),
+   and the `num_exponents` finite-time Lyapunov exponents of the layer map `u ↦ Φ(l, u, 1)`
+   (QR method, one layer).
 
 The verdict on "mass moves toward 1 with depth" is computed from the mean inner products: the
 last trained layer against the first, and the end of the extension against the last layer.
@@ -79,9 +85,15 @@ class Config:
     """Pairs with inner product ≥ 1 − delta count as clustered."""
     min_increase: float = 0.05
     """Increase of the mean inner product that counts as moving toward 1."""
+    num_eigenvalues: int = 6
+    krylov_dim: int = 30
+    num_exponents: int = 4
 
     def __post_init__(self):
-        check_positive(self, "every", "reference_steps", "bins", "delta", "min_increase")
+        check_positive(self, "every", "reference_steps", "bins", "delta", "min_increase",
+                       "num_eigenvalues", "krylov_dim", "num_exponents")  # fmt: skip
+        check(self, "krylov_dim", self.krylov_dim >= self.num_eigenvalues,
+              "at least num_eigenvalues")  # fmt: skip
         check(self, "max_layers", isinstance(self.max_layers, int) and self.max_layers > 6,
               "an integer > 6 (the model's depth)")  # fmt: skip
         check(
@@ -97,7 +109,8 @@ class Config:
 
 
 def smoke_config() -> Config:
-    return Config(max_layers=12, every=3, steps=(1, 2, 4), reference_steps=8)
+    return Config(max_layers=12, every=3, steps=(1, 2, 4), reference_steps=8, krylov_dim=12,
+                  num_exponents=2)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -124,6 +137,15 @@ class Results:
     """(k, pair): cosine of each paraphrase pair's sentence embeddings."""
     unrelated_cosines: np.ndarray
     """(k,): mean cosine between sentences of different pairs."""
+    eigenvalues_real: np.ndarray
+    """(layer, num_eigenvalues): real parts of the largest-modulus Jacobian eigenvalues."""
+    eigenvalues_imag: np.ndarray
+    max_real_eigenvalue: np.ndarray
+    """(layer,)."""
+    largest_stable_step: np.ndarray
+    """(layer,): Lie–Trotter's linear stability limit for the decaying eigenvalues (inf: none)."""
+    lyapunov: np.ndarray
+    """(layer, num_exponents): finite-time Lyapunov exponents of each layer map."""
     wall_time_s: float
 
 
@@ -136,6 +158,11 @@ def _layer_states(transformer, u0, steps_per_layer):
     sol = transformer.solve(u0, save_steps=True)
     k = steps_per_layer
     return jnp.concatenate([u0[None], sol.us[k - 1 :: k]])
+
+
+def _layer_map(equation, scheme, layer, u):
+    """The network's layer `layer`: one Lie–Trotter step of length 1 from `t = layer`."""
+    return wb.step(equation, scheme, float(layer), u, 1.0, piece=layer)
 
 
 def compute(config: Config) -> Results:
@@ -190,6 +217,28 @@ def compute(config: Config) -> Results:
         def distance(a, b):
             return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(finals[a], finals[b]))
 
+        # Spectra and Lyapunov exponents per layer along the first paragraph's trajectory.
+        u0, _ = per_text[0]
+        states = _layer_states(bert.transformer, u0, 1)
+        eq, lie = bert.transformer.equation, wb.schemes.LieTrotter()
+        eigs, lyap = [], []
+        for layer in range(L):
+            field = wba.term_fields(eq, layer + 0.5)["full"]
+            eigs.append(
+                wba.arnoldi_eigenvalues(
+                    field, states[layer], num_eigenvalues=c.num_eigenvalues, krylov_dim=c.krylov_dim
+                )  # fmt: skip
+            )
+            layer_map = jax.tree_util.Partial(_layer_map, eq, lie, layer)
+            exps, _ = wba.lyapunov_exponents([layer_map], states[layer],
+                                             num_exponents=c.num_exponents)  # fmt: skip
+            lyap.append(exps)
+        eigs = np.asarray(eigs)
+        stable = []
+        for e in eigs:
+            decaying = e[e.real < -1e-9 * max(1.0, float(np.max(np.abs(e))))]
+            stable.append(float(wba.max_stable_step(lie, decaying)))
+
         to_net = np.asarray([distance(k, 1) for k in c.steps])
         to_ref = np.asarray([distance(k, c.reference_steps) for k in c.steps])
         try:
@@ -213,6 +262,11 @@ def compute(config: Config) -> Results:
         observed_order=order,
         paraphrase_cosines=np.asarray(cosines),
         unrelated_cosines=np.asarray(unrelated),
+        eigenvalues_real=eigs.real,
+        eigenvalues_imag=eigs.imag,
+        max_real_eigenvalue=np.max(eigs.real, axis=1),
+        largest_stable_step=np.asarray(stable),
+        lyapunov=np.asarray(lyap),
         wall_time_s=time.perf_counter() - start,
     )
 
@@ -285,6 +339,36 @@ def report(results: Results) -> str:
                     "mean cosine, unrelated",
                 ],
                 rd,
+            ),  # fmt: skip
+            "",
+            "Jacobian spectra (largest-modulus eigenvalues of the field at each layer's input, "
+            "first paragraph) and finite-time Lyapunov exponents of each layer map:",
+            "",
+            markdown_table(
+                [
+                    "layer",
+                    "largest |λ|",
+                    "largest Re λ",
+                    "Lie stability limit (step 1)",
+                    "Lyapunov exponents",
+                ],
+                [
+                    (
+                        str(i),
+                        f"{np.max(e):.3g}",
+                        f"{m:.3g}",
+                        f"{s:.3g}",
+                        ", ".join(f"{x:.3f}" for x in y),
+                    )
+                    for i, (e, m, s, y) in enumerate(
+                        zip(
+                            np.hypot(r.eigenvalues_real, r.eigenvalues_imag),
+                            r.max_real_eigenvalue,
+                            r.largest_stable_step,
+                            r.lyapunov,
+                        )
+                    )
+                ],
             ),  # fmt: skip
             "",
             f"Wall time {r.wall_time_s:.0f} s.",

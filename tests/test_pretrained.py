@@ -115,6 +115,10 @@ def test_real_model_dynamics_smoke_numbers_agree():
     assert r.distance_to_network[0] == 0.0 and np.all(r.distance_to_network[1:] > 0)
     assert np.all((-1 <= r.mean_inner_product) & (r.mean_inner_product <= 1))
     np.testing.assert_allclose(r.histograms.sum(axis=1) * (2 / c.bins), 1.0, rtol=1e-12)
+    assert r.lyapunov.shape == (6, c.num_exponents) and np.all(np.diff(r.lyapunov, axis=1) <= 0)
+    np.testing.assert_allclose(
+        r.max_real_eigenvalue, np.max(r.eigenvalues_real, axis=1), rtol=0, atol=0
+    )
     within, beyond = s._answers(r)
     m = r.mean_inner_product
     assert within == (m[6] - m[0] >= c.min_increase) and beyond == (m[-1] - m[6] >= c.min_increase)

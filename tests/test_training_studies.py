@@ -219,7 +219,9 @@ def test_real_model_dynamics_verdict_follows_the_means():
             num_tokens=np.array([10, 10, 10]), steps=np.array([1, 2, 4]),
             distance_to_network=np.zeros(3), distance_to_reference=np.ones(3),
             observed_order=None, paraphrase_cosines=np.ones((3, 4)),
-            unrelated_cosines=np.zeros(3), wall_time_s=1.0,
+            unrelated_cosines=np.zeros(3), eigenvalues_real=np.zeros((6, 2)),
+            eigenvalues_imag=np.zeros((6, 2)), max_real_eigenvalue=np.zeros(6),
+            largest_stable_step=np.ones(6), lyapunov=np.zeros((6, 2)), wall_time_s=1.0,
         )  # fmt: skip
 
     base = [0.1, 0.1, 0.1, 0.1, 0.1, 0.1]
