@@ -199,6 +199,40 @@ def certificate(model: wbc.ControlledModel, inputs, plan) -> dict:
         return wbc.certify(m64.transformer, states, plan=plan).to_dict()
 
 
+def training_results(
+    config: Any, result, task, plan, *, accuracy, steps: int, baseline: float, start: float
+) -> dict:
+    """The `Results` fields every single-run training study has: the held-out `accuracy`, the
+    `baseline`'s accuracy, the final hash, throughput, wall time since `start`, the history and, with
+    `config.certificate_examples`, the float64 certificate on that many held-out inputs."""
+    import time
+
+    certificate_dict = None
+    if config.certificate_examples:
+        certificate_dict = certificate(
+            result.model, task.test.inputs[: config.certificate_examples], plan
+        )
+    return {
+        "config": config,
+        "test_accuracy": float(accuracy),
+        "final_params_sha256": result.params_sha256,
+        "baseline_accuracy": baseline,
+        "num_steps": steps,
+        "resumed_from": result.resumed_from,
+        "steps_per_second": result.steps_per_second,
+        "compile_time_s": result.compile_time_s,
+        "wall_time_s": time.perf_counter() - start,
+        "num_devices": result.num_devices,
+        **history(result.history),
+        "certificate": certificate_dict,
+    }
+
+
+def certificate_artifacts(results: Any) -> dict:
+    """`certificate.json`: the trained network against its equation (when computed)."""
+    return {} if results.certificate is None else {"certificate.json": results.certificate}
+
+
 def history(rows: list[dict]) -> dict:
     """The metrics rows as arrays: `history_steps`, `history_objective` (every logged step),
     `history_eval_steps`, `history_eval_accuracy` (the steps with a held-out evaluation)."""

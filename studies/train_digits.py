@@ -157,30 +157,13 @@ def compute(config: Config, *, run_dir=None) -> Results:
             fingerprint=T.fingerprint(config),
         )  # fmt: skip
         accuracy = wbc.evaluate(result.model, task.test)
-    certificate = None
-    if config.certificate_examples:
-        certificate = T.certificate(
-            result.model, task.test.inputs[: config.certificate_examples], plan
-        )
     return Results(
-        config=config,
-        test_accuracy=float(accuracy),
-        final_params_sha256=result.params_sha256,
-        baseline_accuracy=_baseline(task),
-        num_steps=steps,
-        resumed_from=result.resumed_from,
-        steps_per_second=result.steps_per_second,
-        compile_time_s=result.compile_time_s,
-        wall_time_s=time.perf_counter() - start,
-        num_devices=result.num_devices,
-        **T.history(result.history),
-        certificate=certificate,
-    )
+        **T.training_results(config, result, task, plan, accuracy=accuracy, steps=steps,
+                             baseline=_baseline(task), start=start)
+    )  # fmt: skip
 
 
-def artifacts(results: Results) -> dict:
-    """`certificate.json`: the trained network against its equation (when computed)."""
-    return {} if results.certificate is None else {"certificate.json": results.certificate}
+artifacts = T.certificate_artifacts
 
 
 def verdict(results: Results) -> str:
