@@ -448,3 +448,45 @@ def test_pretrained_names_the_missing_extra_and_the_missing_file(tmp_path):
         pytest.skip("tokenizers/safetensors missing: the folder check comes after the imports")
     with pytest.raises(FileNotFoundError, match="config.json is missing"):
         wb.pretrained.minilm(path=tmp_path)
+
+
+def test_cvt_bad_input(rng):
+    cfg = A.cvt_config(embed_dim=(8, 12), num_heads=(2, 3), depth=(1, 2))
+    sd = A.random_cvt_state_dict(rng, cfg)
+    m = A.cvt_from_hf(sd, cfg, image_size=(16, 20))
+    assert m.grids == ((4, 5), (2, 3))
+    image = jnp.asarray(rng.standard_normal((3, 16, 20)))
+    with pytest.raises(ValueError, match=r"image has shape \(1, 16, 20\).*\(3, 16, 20\)"):
+        m(image[:1])
+    with pytest.raises(ValueError, match=r"image has shape \(3, 20, 16\).*image_size="):
+        m(image.transpose(0, 2, 1))
+    unsupported = [
+        ({"qkv_projection_method": ["dw_bn", "avg"]},
+         r"qkv_projection_method\[1\]='avg' is not supported; valid: 'dw_bn'"),
+        ({"cls_token": [True, True]},
+         r"cls_token\[0\]=True is not supported: a class token is valid only in the last stage"),
+        ({"stride_q": [1, 2]}, r"stride_q\[1\]=2 .* the queries must stay on the stage's grid"),
+        ({"depth": [1, 2, 1]}, r"per-stage lists have different lengths"),
+        ({"num_heads": [3, 3]}, r"num_heads\[0\]=3 does not divide the model width d=8"),
+        ({"patch_padding": [-1, 1]}, r"patch_padding\[0\]=-1 must be a nonnegative integer"),
+    ]  # fmt: skip
+    for change, message in unsupported:
+        with pytest.raises(ValueError, match=message):
+            A.cvt_from_hf(sd, {**cfg, **change}, image_size=(16, 20))
+    with pytest.raises(ValueError, match=r"image_size=\[2, 2\] is too small for stage 0"):
+        A.cvt_from_hf(sd, cfg, image_size=2)
+    vit_cfg = A.vit_config(d=8, num_heads=2, num_layers=1, intermediate=12)
+    with pytest.raises(ValueError, match="looks like a Hugging Face ViTModel state dict"):
+        A.cvt_from_hf(A.random_vit_state_dict(rng, vit_cfg), cfg)
+    with pytest.raises(ValueError, match="looks like a Hugging Face CvtModel state dict"):
+        A.vit_from_hf(sd, vit_cfg)
+    key = "encoder.stages.1.layers.0.attention.attention.convolution_projection_key."
+    bad = {**sd, key + "convolution_projection.normalization.running_var": -np.ones(12)}
+    with pytest.raises(ValueError, match=r"negative BatchNorm running variances.*stages\.1"):
+        A.cvt_from_hf(bad, cfg, image_size=(16, 20))
+    # The classification model's state dict (prefix `cvt.`, a head) loads the same model.
+    head = {"cvt." + k: v for k, v in sd.items()}
+    head |= {"layernorm.weight": np.ones(12), "layernorm.bias": np.zeros(12),
+             "classifier.weight": np.ones((2, 12)), "classifier.bias": np.zeros(2)}  # fmt: skip
+    same = A.cvt_from_hf(head, cfg, image_size=(16, 20))
+    assert max_abs(same(image)[0], m(image)[0]) == 0.0

@@ -381,6 +381,52 @@ def test_vit_matches_hf(case, dtype):
 
 
 # --------------------------------------------------------------------------------------------
+# 3c. Hugging Face CvtModel
+# --------------------------------------------------------------------------------------------
+
+# (image (rows, cols), cvt_config arguments). Hugging Face's CvtStage indexes its drop-path
+# rates by the stage number, so it needs depth[s] > s: the depths below respect that.
+CVT_CASES = [
+    ((32, 32), dict()),  # 2 stages, 8×8 → 4×4 grids, class token in the last
+    ((40, 28), dict(embed_dim=(8, 12, 16), num_heads=(1, 2, 4), depth=(1, 2, 3),
+                    patch_sizes=(7, 3, 3), patch_stride=(4, 2, 2), patch_padding=(2, 1, 1),
+                    stride_kv=(1, 2, 2))),  # 3 stages, non-square 10×7 → 5×4 → 3×2
+    ((24, 36), dict(cls_token_last=False, qkv_bias=False, num_channels=1)),  # no class token
+]  # fmt: skip
+
+
+def _cvt_case(case, dtype):
+    image, kw = case
+    rng = np.random.default_rng([310, *image, len(kw)])
+    cfg = A.cvt_config(**kw)
+    sd = A.random_cvt_state_dict(rng, cfg, dtype=dtype)
+    pixels = rng.standard_normal((2, cfg["num_channels"], *image)).astype(dtype)
+    return cfg, sd, pixels
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("case", CVT_CASES, ids=lambda c: f"img{c[0][0]}x{c[0][1]}-{len(c[1])}")
+def test_cvt_matches_hf(case, dtype):
+    """`cvt_from_hf(...)(image)` equals `CvtModel(pixel_values)`: every stage's feature map
+    (`hidden_states`), the last stage's tokens and the class token, for two images through
+    `jax.vmap`, with non-trivial BatchNorm running statistics."""
+    cfg, sd, pixels = _cvt_case(case, dtype)
+    ref = A.hf_cvt(sd, cfg, dtype=dtype)
+    out = _torch_run(ref, pixel_values=torch.from_numpy(pixels), output_hidden_states=True)
+    m = A.cvt_from_hf(sd, cfg, image_size=pixels.shape[2:])
+    maps = eqx.filter_jit(jax.vmap(m.feature_maps))(jnp.asarray(pixels))
+    for s, ((x, _), want) in enumerate(zip(maps, out.hidden_states, strict=True)):
+        _assert_close(x, want.numpy(), dtype, f"CvT {m.grids} stage {s}")
+    tokens, cls = _apply_batch(m, jnp.asarray(pixels))
+    last = out.last_hidden_state.numpy()
+    _assert_close(tokens, last.reshape(*last.shape[:2], -1).transpose(0, 2, 1), dtype, "CvT tokens")
+    if cfg["cls_token"][-1]:
+        _assert_close(cls, out.cls_token_value.numpy()[:, 0], dtype, "CvT class token")
+    else:
+        assert cls is None and out.cls_token_value is None
+
+
+# --------------------------------------------------------------------------------------------
 # 4. Paper A's literal scheme
 # --------------------------------------------------------------------------------------------
 

@@ -1,5 +1,11 @@
 """Exact recoveries of published architectures, and loading their weights."""
 
+from ._cvt import (
+    ConvTokenEmbedding as ConvTokenEmbedding,
+    CvT as CvT,
+    CvTStage as CvTStage,
+    cvt_from_hf as cvt_from_hf,
+)
 from ._direct import (
     direct_bert as direct_bert,
     direct_encoder as direct_encoder,
@@ -21,8 +27,10 @@ from ._model import (
 from ._paper_a import PaperAEncoder as PaperAEncoder
 from ._random import (
     bert_config as bert_config,
+    cvt_config as cvt_config,
     gpt2_config as gpt2_config,
     random_bert_state_dict as random_bert_state_dict,
+    random_cvt_state_dict as random_cvt_state_dict,
     random_encoder_state_dict as random_encoder_state_dict,
     random_gpt2_state_dict as random_gpt2_state_dict,
     random_vit_state_dict as random_vit_state_dict,
@@ -31,6 +39,7 @@ from ._random import (
 from ._reference import (
     have_reference as have_reference,
     hf_bert as hf_bert,
+    hf_cvt as hf_cvt,
     hf_gpt2 as hf_gpt2,
     hf_vit as hf_vit,
     run_reference as run_reference,

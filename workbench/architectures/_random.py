@@ -199,3 +199,83 @@ def random_vit_state_dict(rng, config: dict, dtype=np.float64) -> dict[str, np.n
         sd[p + "mlp.fc2.bias"] = _w(rng, (d,), 10, dtype)
     sd["layernorm.weight"], sd["layernorm.bias"] = _ln(rng, d, dtype)
     return sd
+
+
+def cvt_config(
+    *,
+    embed_dim=(16, 24),
+    num_heads=(1, 2),
+    depth=(1, 2),
+    patch_sizes=(7, 3),
+    patch_stride=(4, 2),
+    patch_padding=(2, 1),
+    cls_token_last: bool = True,
+    stride_kv=2,
+    num_channels: int = 3,
+    qkv_bias: bool = True,
+    mlp_ratio: float = 4.0,
+) -> dict:
+    """A `CvtConfig`-style dict (the keys `cvt_from_hf` reads), one entry per stage; `stride_kv`
+    an int for every stage or a list."""
+    S = len(depth)
+    per = lambda v: list(v) if isinstance(v, (list, tuple)) else [v] * S
+    return {
+        "num_channels": num_channels,
+        "patch_sizes": list(patch_sizes),
+        "patch_stride": list(patch_stride),
+        "patch_padding": list(patch_padding),
+        "embed_dim": list(embed_dim),
+        "num_heads": list(num_heads),
+        "depth": list(depth),
+        "mlp_ratio": [float(mlp_ratio)] * S,
+        "attention_drop_rate": [0.0] * S,
+        "drop_rate": [0.0] * S,
+        "drop_path_rate": [0.0] * S,
+        "qkv_bias": [bool(qkv_bias)] * S,
+        "cls_token": [False] * (S - 1) + [bool(cls_token_last)],
+        "qkv_projection_method": ["dw_bn"] * S,
+        "kernel_qkv": [3] * S,
+        "padding_kv": [1] * S,
+        "stride_kv": per(stride_kv),
+        "padding_q": [1] * S,
+        "stride_q": [1] * S,
+    }
+
+
+def random_cvt_state_dict(rng, config: dict, dtype=np.float64) -> dict[str, np.ndarray]:
+    """Random weights with the keys and shapes of Hugging Face `CvtModel.state_dict()`, with
+    non-trivial BatchNorm statistics (running means ≠ 0, running variances ≠ 1)."""
+    sd = {}
+    for s, d in enumerate(config["embed_dim"]):
+        c = config["num_channels"] if s == 0 else config["embed_dim"][s - 1]
+        k, kq = config["patch_sizes"][s], config["kernel_qkv"][s]
+        m = int(d * config["mlp_ratio"][s])
+        p = f"encoder.stages.{s}."
+        e = p + "embedding.convolution_embeddings."
+        sd[e + "projection.weight"] = _w(rng, (d, c, k, k), c * k * k, dtype)
+        sd[e + "projection.bias"] = _w(rng, (d,), 10, dtype)
+        sd[e + "normalization.weight"], sd[e + "normalization.bias"] = _ln(rng, d, dtype)
+        if config["cls_token"][s]:
+            sd[p + "cls_token"] = _w(rng, (1, 1, config["embed_dim"][-1]), 1, dtype)
+        for i in range(config["depth"][s]):
+            a = f"{p}layers.{i}.attention.attention."
+            for r in ("query", "key", "value"):
+                cp = f"{a}convolution_projection_{r}.convolution_projection."
+                sd[cp + "convolution.weight"] = _w(rng, (d, 1, kq, kq), kq * kq, dtype)
+                sd[cp + "normalization.weight"], sd[cp + "normalization.bias"] = _ln(rng, d, dtype)
+                sd[cp + "normalization.running_mean"] = (0.3 * rng.standard_normal(d)).astype(dtype)
+                sd[cp + "normalization.running_var"] = rng.uniform(0.5, 2.0, d).astype(dtype)
+                sd[cp + "normalization.num_batches_tracked"] = np.array(100, np.int64)
+                sd[f"{a}projection_{r}.weight"] = _w(rng, (d, d), d, dtype)
+                if config["qkv_bias"][s]:
+                    sd[f"{a}projection_{r}.bias"] = _w(rng, (d,), 10, dtype)
+            lp = f"{p}layers.{i}."
+            sd[lp + "attention.output.dense.weight"] = _w(rng, (d, d), d, dtype)
+            sd[lp + "attention.output.dense.bias"] = _w(rng, (d,), 10, dtype)
+            sd[lp + "intermediate.dense.weight"] = _w(rng, (m, d), d, dtype)
+            sd[lp + "intermediate.dense.bias"] = _w(rng, (m,), 10, dtype)
+            sd[lp + "output.dense.weight"] = _w(rng, (d, m), m, dtype)
+            sd[lp + "output.dense.bias"] = _w(rng, (d,), 10, dtype)
+            for n in ("layernorm_before", "layernorm_after"):
+                sd[f"{lp}{n}.weight"], sd[f"{lp}{n}.bias"] = _ln(rng, d, dtype)
+    return sd

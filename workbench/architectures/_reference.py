@@ -106,6 +106,16 @@ def hf_vit(state_dict, config, *, dtype=np.float64):
     return _load(ViTModel(ViTConfig(**config), add_pooling_layer=False), state_dict, dtype)
 
 
+def hf_cvt(state_dict, config, *, dtype=np.float64):
+    """A Hugging Face `CvtModel` (eval mode) holding the given weights. Per-stage lists become
+    tuples (transformers 5 validates `CvtConfig`'s float lists strictly)."""
+    _torch()
+    from transformers import CvtConfig, CvtModel
+
+    cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(config).items()}
+    return _load(CvtModel(CvtConfig(**cfg)), state_dict, dtype)
+
+
 def run_reference(model, *args, **kwargs) -> np.ndarray:
     """Call a torch model on numpy inputs (batch of one added and removed), returning numpy."""
     torch = _torch()

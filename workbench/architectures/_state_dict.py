@@ -10,6 +10,7 @@ _SIGNATURES = {
     "Hugging Face BertModel": "attention.self.query.weight",
     "Hugging Face GPT2Model": "attn.c_attn.weight",
     "Hugging Face ViTModel": "patch_embeddings.projection.weight",
+    "Hugging Face CvtModel": "convolution_embeddings.projection.weight",
 }
 
 

@@ -9,6 +9,10 @@ from ._activations import (
 )
 from ._attention import MultiHeadAttention as MultiHeadAttention
 from ._base import AbstractProjection as AbstractProjection, AbstractTerm as AbstractTerm
+from ._convolution import (
+    ConvolutionalAttention as ConvolutionalAttention,
+    DepthwiseConvolution as DepthwiseConvolution,
+)
 from ._feedforward import FeedForward as FeedForward, LinearKernel as LinearKernel
 from ._mask import check_mask as check_mask
 from ._projections import (
