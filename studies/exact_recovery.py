@@ -1,11 +1,16 @@
 """Does one Lie–Trotter step of size 1 per layer recover published Transformers exactly?
 
 For each architecture — `torch.nn.TransformerEncoder` post-LN (ReLU) and pre-LN (GELU), Hugging
-Face BERT and GPT-2, and paper A's literal substep scheme — and a few sizes, random weights are
-loaded into the workbench equation and the output is compared with (a) the PyTorch / Hugging Face
-model holding the same weights (when the `reference` extra is installed) and (b) the workbench's
-own direct layer-by-layer NumPy implementation (always), in float32 and float64. Acceptance:
-max abs error ≤ 1e-4 in float32 and ≤ 1e-10 in float64.
+Face BERT, GPT-2, ViT and CvT, and paper A's literal substep scheme — and a few sizes, random
+weights are loaded into the workbench equation and the output is compared with (a) the PyTorch /
+Hugging Face model holding the same weights (when the `reference` extra is installed) and (b) the
+workbench's own direct layer-by-layer NumPy implementation (always), in float32 and float64.
+Acceptance: max abs error ≤ 1e-4 in float32 and ≤ 1e-10 in float64.
+
+The text models read `seq_len` tokens; the vision models take one random image of a fixed size:
+ViT a non-square `VIT_IMAGE` in `VIT_PATCH` patches (`last_hidden_state[0]`, class token first),
+CvT two stages of widths `(d, 2d)` on `CVT_IMAGE` (the last stage's grid tokens and its class
+token, compared as one array).
 """
 
 from __future__ import annotations
@@ -21,10 +26,17 @@ from studies._config import check, check_choices, check_nonempty, check_positive
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "exact-recovery"
-SUMMARY = "Max abs error of the recovered encoder, BERT, GPT-2 and paper A vs PyTorch/HF and NumPy."
+SUMMARY = (
+    "Max abs error of the recovered encoder, BERT, GPT-2, ViT, CvT and paper A vs PyTorch/HF "
+    "and NumPy."
+)
 
-ARCHITECTURES = ("encoder-post-relu", "encoder-pre-gelu", "bert", "gpt2", "paper-a")
+ARCHITECTURES = ("encoder-post-relu", "encoder-pre-gelu", "bert", "gpt2", "vit", "cvt", "paper-a")
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
+VIT_IMAGE, VIT_PATCH = (12, 8), (4, 4)
+"""ViT image `(rows, cols)` and patch: a 3 × 2 grid of patches, 7 tokens with the class token."""
+CVT_IMAGE = (24, 20)
+"""CvT image `(rows, cols)`: stage grids 6 × 5 and 3 × 3 (the last with a class token)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +45,10 @@ class Config:
     widths: tuple[int, ...] = (12, 36, 64)
     """Model widths d; 12 and 36 are not divisible by 8."""
     num_layers: int = 4
+    """Layers per model; CvT splits them over its two stages (at least 1 and 2)."""
     seq_len: int = 32
+    """Tokens per sequence of the text models (encoders, BERT, GPT-2, paper A); ViT and CvT
+    take one image of their own fixed size (`VIT_IMAGE`, `CVT_IMAGE`)."""
     dtypes: tuple[str, ...] = ("float32", "float64")
     seed: int = 0
 
@@ -123,6 +138,25 @@ def _case(arch: str, d: int, cfg: Config, dtype, rng):
         ours = np.asarray(eqx.filter_jit(A.gpt2_from_hf(sd, config))(ids))
         direct = A.direct_gpt2(sd, config, ids)
         reference = A.run_reference(A.hf_gpt2(sd, config, dtype=dtype), ids) if ref else None
+    elif arch == "vit":
+        config = A.vit_config(d=d, num_heads=H, num_layers=L, intermediate=2 * d + 4,
+                              image_size=VIT_IMAGE, patch_size=VIT_PATCH)  # fmt: skip
+        sd = A.random_vit_state_dict(rng, config, dtype=dtype)
+        image = rng.standard_normal((config["num_channels"], *VIT_IMAGE)).astype(dtype)
+        ours = np.asarray(eqx.filter_jit(A.vit_from_hf(sd, config))(image))
+        direct = A.direct_vit(sd, config, image)
+        reference = A.run_reference(A.hf_vit(sd, config, dtype=dtype), image) if ref else None
+    elif arch == "cvt":
+        # Hugging Face's CvtStage indexes its drop-path rates by the stage: depth[1] >= 2.
+        depth = (max(1, L // 2), max(2, L - L // 2))
+        config = A.cvt_config(embed_dim=(d, 2 * d), num_heads=(H, H), depth=depth)
+        sd = A.random_cvt_state_dict(rng, config, dtype=dtype)
+        image = rng.standard_normal((config["num_channels"], *CVT_IMAGE)).astype(dtype)
+        # One array per model: the last stage's grid tokens, then its class token.
+        joined = lambda out: np.concatenate([np.asarray(out[0]), np.asarray(out[1])[None]])
+        ours = joined(eqx.filter_jit(A.cvt_from_hf(sd, config, image_size=CVT_IMAGE))(image))
+        direct = joined(A.direct_cvt(sd, config, image))
+        reference = _hf_cvt_output(A.hf_cvt(sd, config, dtype=dtype), image) if ref else None
     elif arch == "paper-a":
         model = A.PaperAEncoder.random(rng, d=d, num_heads=H, num_layers=L, dtype=dtype)
         u = rng.standard_normal((n, d)).astype(dtype)
@@ -140,6 +174,24 @@ def _case(arch: str, d: int, cfg: Config, dtype, rng):
     return ours, direct, reference
 
 
+def _hf_cvt_output(model, image) -> np.ndarray:
+    """`CvtModel` on one image: `last_hidden_state[0]` `(d, rows, cols)` as tokens
+    `(rows · cols, d)` in row-major order, then `cls_token_value[0, 0]`."""
+    import torch
+
+    with torch.inference_mode():
+        out = model(torch.as_tensor(image)[None])
+    x = out.last_hidden_state[0].numpy()
+    return np.concatenate([x.reshape(x.shape[0], -1).T, out.cls_token_value[0].numpy()])
+
+
+def _max_error(ours, other) -> float:
+    """Max abs difference of two outputs of the same shape (no broadcasting)."""
+    if np.shape(ours) != np.shape(other):
+        raise ValueError(f"output shapes differ: {np.shape(ours)} vs {np.shape(other)}")
+    return float(np.max(np.abs(ours - other)))
+
+
 def compute(config: Config) -> Results:
     """Load random weights into every architecture, width and dtype of `config` and compare."""
     have_ref = wb.architectures.have_reference()
@@ -155,10 +207,8 @@ def compute(config: Config) -> Results:
                     d=d,
                     heads=_heads(d),
                     dtype=dtype,
-                    error_vs_direct=float(np.max(np.abs(ours - direct))),
-                    error_vs_reference=(
-                        None if reference is None else float(np.max(np.abs(ours - reference)))
-                    ),
+                    error_vs_direct=_max_error(ours, direct),
+                    error_vs_reference=None if reference is None else _max_error(ours, reference),
                     tolerance=TOLERANCE[dtype],
                 )
             )
@@ -229,10 +279,24 @@ def report(results: Results) -> str:
         else "PyTorch / Hugging Face reference: **not run** (not installed; "
         "`pip install 'workbench[reference]'`); only the NumPy comparison ran."
     )
+    inputs = []
+    if set(config.architectures) - {"vit", "cvt"}:
+        inputs.append(f"n = {config.seq_len} tokens for the text models")
+    if "vit" in config.architectures:
+        inputs.append(f"ViT on one {_size(VIT_IMAGE)} image in {_size(VIT_PATCH)} patches")
+    if "cvt" in config.architectures:
+        inputs.append(
+            f"CvT (two stages, widths d and 2d, the layers split over them) on one "
+            f"{_size(CVT_IMAGE)} image, its class token compared with the grid tokens"
+        )
     return (
-        f"Lie–Trotter, τ = 1, explicit Euler substeps; {config.num_layers} layers, "
-        f"n = {config.seq_len}. {ref_note}\n\n{table}\n"
+        f"Lie–Trotter, τ = 1, explicit Euler substeps; {config.num_layers} layers; "
+        f"{'; '.join(inputs)}. {ref_note}\n\n{table}\n"
     )
+
+
+def _size(hw) -> str:
+    return f"{hw[0]} × {hw[1]}"
 
 
 def figures(results: Results) -> dict:

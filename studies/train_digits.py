@@ -4,7 +4,9 @@ about 98.7 %), and is the trained network still a faithful discretization of its
 
 Model: a pre-norm ViT-style equation (`wb.control.random_transformer`): the image enters the
 initial condition through a patch embedding (an integral operator over each 3×3 patch, stride 1:
-64 tokens, plus a class token and position embeddings); four layers of attention + GELU
+64 tokens, plus a class token and position embeddings) — or, with `--embedding vit`, Hugging
+Face ViT itself (`wb.control.random_vit`: non-overlapping `patch_size` patches), exported after
+training as `ViTForImageClassification` weights; four layers of attention + GELU
 feed-forward, solved by Lie–Trotter with one step per layer (or the scheme and steps of a
 discretization plan, `--plan runs/plan/plan.json`); the class token's final state is read out by
 a linear head. Training: AdamW with warm-up and cosine decay, gradient clipping, random ±1 pixel
@@ -30,9 +32,10 @@ import numpy as np
 
 import workbench.control as wbc
 from studies import _training as T
-from studies._config import check, check_positive
+from studies._config import check, check_choices, check_positive
 
 NAME = "train-digits"
+EMBEDDINGS = ("conv", "vit")
 SUMMARY = (
     "Train a ViT-style equation on 8×8 digits (optax): held-out accuracy, resumable, certified."
 )
@@ -50,8 +53,14 @@ class Config:
     hidden: int = 128
     """Feed-forward width."""
     activation: str = "gelu"
+    embedding: str = "conv"
+    """"conv": overlapping `kernel_size` patches, stride 1 (one token per pixel); "vit": Hugging
+    Face ViT's non-overlapping `patch_size` patches (`wbc.random_vit`), exported after training as
+    a `ViTForImageClassification` state dict (`vit_for_image_classification.npz`)."""
     kernel_size: int = 3
-    """Patch size of the embedding (stride 1, zero padding kernel_size // 2: one token per pixel)."""
+    """Patch size of the "conv" embedding (stride 1, zero padding kernel_size // 2)."""
+    patch_size: int = 2
+    """Patch size of the "vit" embedding (divides 8: 1, 2, 4 or 8)."""
     scheme: str = "lie"
     steps_per_layer: int = 1
     plan: str | None = None
@@ -98,6 +107,10 @@ class Config:
             "an integer >= 0",
         )
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
+        check_choices(self, "embedding", EMBEDDINGS)
+        check(self, "patch_size", self.patch_size in (1, 2, 4, 8), "1, 2, 4 or 8 (divides 8)")
+        check(self, "activation", self.embedding != "vit" or self.activation == "gelu",
+              "'gelu' with embedding='vit' (a Hugging Face ViT)")  # fmt: skip
 
 
 def smoke_config() -> Config:
@@ -126,9 +139,36 @@ class Results:
 
 
 def _model(config: Config, key, scheme, steps_per_layer):
+    if config.embedding == "vit":
+        vit = wbc.random_vit(key, image_size=(8, 8), patch_size=config.patch_size, d=config.d,
+                             num_heads=config.num_heads, num_layers=config.num_layers,
+                             hidden=config.hidden)  # fmt: skip
+        return wbc.vit_classifier(vit, 10).rediscretize(scheme, steps_per_layer)
     return T.digits_model(
         config, key, scheme, steps_per_layer, kernel_size=config.kernel_size, stride=1
     )
+
+
+def export_vit(model: wbc.ControlledModel, folder) -> None:
+    """Write the trained ViT as Hugging Face `ViTForImageClassification` weights
+    (`vit_for_image_classification.npz`, NumPy, no pickle) and its config
+    (`vit_for_image_classification.json`, `ViTConfig` fields plus `num_labels`), with the
+    network's own discretization (Lie–Trotter, one step per layer)."""
+    import pathlib
+
+    import workbench as wb
+    from workbench.io import atomic_open, atomic_write_json
+
+    vit = wb.architectures.ViT(model.embedding, model.transformer)
+    sd, cfg = wb.architectures.vit_to_hf(vit.rediscretize(wb.schemes.LieTrotter(), 1))
+    arrays = {"vit." + k: v for k, v in sd.items()}
+    arrays["classifier.weight"] = np.asarray(model.head.weight).T
+    arrays["classifier.bias"] = np.asarray(model.head.bias)
+    folder = pathlib.Path(folder)
+    with atomic_open(folder / "vit_for_image_classification.npz", "wb") as f:
+        np.savez(f, **arrays)
+    atomic_write_json(folder / "vit_for_image_classification.json",
+                      {**cfg, "num_labels": int(model.head.bias.shape[0])})  # fmt: skip
 
 
 def _baseline(task) -> float:
@@ -157,6 +197,8 @@ def compute(config: Config, *, run_dir=None) -> Results:
             fingerprint=T.fingerprint(config),
         )  # fmt: skip
         accuracy = wbc.evaluate(result.model, task.test)
+        if config.embedding == "vit" and run_dir is not None:
+            export_vit(result.model, run_dir)
     return Results(
         **T.training_results(config, result, task, plan, accuracy=accuracy, steps=steps,
                              baseline=_baseline(task), start=start)

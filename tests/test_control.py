@@ -21,6 +21,7 @@ import workbench.control as wbc
 
 from helpers import (
     kill_and_resume,
+    require_reference,
     study_cli,
     tiny_data,
     tiny_model,
@@ -312,6 +313,41 @@ def test_adjoint_accuracy_verdict_follows_the_orders():
     assert s.verdict(dataclasses.replace(r, ladders=[lie, bad])).startswith("Partly.")
     none = dataclasses.replace(lie, observed_order=None)
     assert s.verdict(dataclasses.replace(r, ladders=[none, bad])).startswith("No.")
+
+
+@pytest.mark.slow
+def test_train_digits_vit_exports_a_hugging_face_classifier_with_its_accuracy(tmp_path):
+    """train-digits with `embedding="vit"` trains the recovered ViT family (a Hugging Face ViT
+    with fresh weights) and exports it; Hugging Face's `ViTForImageClassification` holding the
+    exported weights has the logits of the trained network (float32, 1e-4) and so the study's
+    held-out accuracy."""
+    import dataclasses
+
+    import studies.train_digits as s
+
+    torch, transformers = require_reference()
+    config = dataclasses.replace(s.smoke_config(), embedding="vit", epochs=3,
+                                 certificate_examples=0)  # fmt: skip
+    results = s.compute(config, run_dir=tmp_path)
+    cfg = json.loads((tmp_path / "vit_for_image_classification.json").read_text())
+    with np.load(tmp_path / "vit_for_image_classification.npz", allow_pickle=False) as f:
+        weights = {k: torch.from_numpy(f[k]) for k in f.files}
+    hf = transformers.ViTForImageClassification(transformers.ViTConfig(**cfg)).eval()
+    missing, unexpected = hf.load_state_dict(weights, strict=False)
+    assert not unexpected and not [k for k in missing if k in dict(hf.named_parameters())]
+    test = wbc.digits(config.seed).test
+    with torch.inference_mode():
+        logits = hf(pixel_values=torch.from_numpy(test.inputs[:, None])).logits.numpy()
+    ours = wbc.vit_classifier(wb.architectures.vit_from_hf(weights, cfg), 10)
+    ours = eqx.tree_at(lambda m: (m.head.weight, m.head.bias), ours,
+                       (jnp.asarray(weights["classifier.weight"].numpy().T),
+                        jnp.asarray(weights["classifier.bias"].numpy())))  # fmt: skip
+    assert np.max(np.abs(np.asarray(jax.vmap(ours)(jnp.asarray(test.inputs))) - logits)) <= 1e-4
+    hf_accuracy = float(np.mean(logits.argmax(1) == test.targets))
+    assert abs(hf_accuracy - results.test_accuracy) <= 1 / len(test.targets), (
+        hf_accuracy,
+        results.test_accuracy,
+    )
 
 
 def _cli(out, *extra, wait=True):

@@ -3,8 +3,10 @@
 Each recovered model (`encoder_from_torch`, `bert_from_hf`, `gpt2_from_hf`, `vit_from_hf`,
 Paper A's literal scheme) is run on the same weights and inputs as the reference, and the largest
 absolute difference must be at most 1e-4 in float32 and 1e-10 in float64 (the reference then
-runs in float64 too). Sizes are small (d <= 64, at most 4 layers, at most 16 tokens) so the module runs
-in about a minute on two CPU cores; nearly all of it is compiling one model per case.
+runs in float64 too). The direct NumPy forwards `direct_vit` and `direct_cvt` (the
+exact-recovery study's second oracle) are checked against the same models in float64. Sizes are
+small (d <= 64, at most 4 layers, at most 16 tokens) so the module runs in about a minute on two
+CPU cores; nearly all of it is compiling one model per case.
 
 Note on float64 references: a torch module must be cast with `.double()` *before*
 `load_state_dict`, which copies into the existing parameters; loading float64 weights into
@@ -380,6 +382,40 @@ def test_vit_matches_hf(case, dtype):
     _assert_close(got, want, dtype, f"ViT {cfg['image_size']} / {cfg['patch_size']}")
 
 
+def test_direct_vit_matches_hf():
+    """The direct NumPy `direct_vit` (the study's second oracle) equals `ViTModel` in float64."""
+    for case in VIT_CASES:
+        cfg, sd, pixels = _vit_case(case, np.float64)
+        ref = A.hf_vit(sd, cfg, dtype=np.float64)
+        want = _torch_run(ref, pixel_values=torch.from_numpy(pixels)).last_hidden_state.numpy()
+        got = np.stack([A.direct_vit(sd, cfg, x) for x in pixels])
+        _assert_close(got, want, np.float64, f"direct ViT {cfg['image_size']}")
+
+
+def test_vit_classifier_is_vit_for_image_classification_and_exports_to_it(rng):
+    """`wbc.vit_classifier(vit_from_hf(...))` with the classifier's weights gives
+    `ViTForImageClassification`'s logits (float64, 1e-10); `vit_to_hf` inverts `vit_from_hf`
+    exactly, and the `vit.`-prefixed state dict of the classification model loads."""
+    import workbench.control as wbc
+
+    cfg, sd, pixels = _vit_case(VIT_CASES[1], np.float64)
+    ref = _load(transformers.ViTForImageClassification(transformers.ViTConfig(**cfg, num_labels=5)),
+                {**{"vit." + k: v for k, v in sd.items()},
+                 "classifier.weight": rng.standard_normal((5, cfg["hidden_size"])),
+                 "classifier.bias": rng.standard_normal(5)}, np.float64)  # fmt: skip
+    full = {k: v.numpy() for k, v in ref.state_dict().items()}
+    want = _torch_run(ref, pixel_values=torch.from_numpy(pixels)).logits.numpy()
+    model = wbc.vit_classifier(A.vit_from_hf(full, cfg), 5)
+    model = eqx.tree_at(lambda m: (m.head.weight, m.head.bias), model,
+                        (jnp.asarray(full["classifier.weight"].T), jnp.asarray(full["classifier.bias"])))  # fmt: skip
+    _assert_close(_apply_batch(model, jnp.asarray(pixels)), want, np.float64, "ViT classifier")
+    back, back_cfg = A.vit_to_hf(A.vit_from_hf(sd, cfg))
+    assert sorted(back) == sorted(sd) and all(np.array_equal(back[k], sd[k]) for k in sd)
+    assert {k: back_cfg[k] for k in cfg} == cfg
+    with pytest.raises(ValueError, match="Lie-Trotter with one step per layer"):
+        A.vit_to_hf(A.vit_from_hf(sd, cfg).rediscretize(steps_per_layer=2))
+
+
 # --------------------------------------------------------------------------------------------
 # 3c. Hugging Face CvtModel
 # --------------------------------------------------------------------------------------------
@@ -424,6 +460,24 @@ def test_cvt_matches_hf(case, dtype):
         _assert_close(cls, out.cls_token_value.numpy()[:, 0], dtype, "CvT class token")
     else:
         assert cls is None and out.cls_token_value is None
+
+
+def test_direct_cvt_matches_hf():
+    """The direct NumPy `direct_cvt` (the study's second oracle) equals `CvtModel` in float64:
+    the last stage's tokens and the class token (or its absence)."""
+    for case in CVT_CASES:
+        cfg, sd, pixels = _cvt_case(case, np.float64)
+        out = _torch_run(A.hf_cvt(sd, cfg, dtype=np.float64),
+                         pixel_values=torch.from_numpy(pixels))  # fmt: skip
+        last = out.last_hidden_state.numpy()
+        for b, x in enumerate(pixels):
+            tokens, cls = A.direct_cvt(sd, cfg, x)
+            label = f"direct CvT {case[0]} image {b}"
+            _assert_close(tokens, last[b].reshape(last.shape[1], -1).T, np.float64, label)
+            if cfg["cls_token"][-1]:
+                _assert_close(cls, out.cls_token_value.numpy()[b, 0], np.float64, label + " cls")
+            else:
+                assert cls is None and out.cls_token_value is None
 
 
 # --------------------------------------------------------------------------------------------

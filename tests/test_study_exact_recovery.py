@@ -42,6 +42,26 @@ def test_verdict_flips(results):
     assert "not run" in exact_recovery.report(no_ref)
 
 
+def test_vision_rows_within_tolerance():
+    """The smoke run covers ViT and CvT; their rows agree with Hugging Face and with the direct
+    NumPy forward within 1e-10 (float64 only, to keep the test short: each dtype compiles the
+    models again; `workbench run exact-recovery --smoke` runs float32 too)."""
+    smoke = exact_recovery.smoke_config()
+    assert {"vit", "cvt"} <= set(smoke.architectures)
+    config = dataclasses.replace(smoke, architectures=("vit", "cvt"), dtypes=("float64",))
+    results = exact_recovery.compute(config)
+    assert [(r.architecture, r.dtype) for r in results.cases] == [
+        ("vit", "float64"),
+        ("cvt", "float64"),
+    ]
+    for r in results.cases:
+        assert r.error_vs_reference is not None and r.passed, r
+        assert max(r.error_vs_direct, r.error_vs_reference) <= 1e-10
+    assert exact_recovery.verdict(results).startswith("Yes. All 2 cases")
+    report = exact_recovery.report(results)
+    assert "| vit " in report and "| cvt " in report
+
+
 @pytest.mark.parametrize(
     "changes, match",
     [
@@ -50,7 +70,7 @@ def test_verdict_flips(results):
             r"dtypes=\('float16',\) is not allowed; valid choices: "
             r"'float32', 'float64'",
         ),
-        ({"architectures": ("vit",)}, r"architectures=\('vit',\) is not allowed"),
+        ({"architectures": ("swin",)}, r"architectures=\('swin',\) is not allowed"),
         ({"num_layers": 0}, r"num_layers=0"),
         ({"widths": ()}, r"widths=\(\) is not allowed; give at least one value"),
     ],

@@ -232,3 +232,28 @@ def test_real_model_dynamics_verdict_follows_the_means():
     assert no.startswith("No.") and "0.100 at the embedding to 0.120 after layer 6" in no
     with pytest.raises(ConfigError, match=r"steps=\(2, 4\)"):
         s.Config(steps=(2, 4))
+
+
+def test_real_model_dynamics_says_order_only_when_the_ladder_converges():
+    import dataclasses
+
+    from studies import real_model_dynamics as s
+
+    r = s.Results(
+        config=s.smoke_config(), layers=np.arange(7), trained=np.arange(7) <= 6,
+        mean_inner_product=np.linspace(0.1, 0.3, 7), fraction_clustered=np.zeros(7),
+        num_clusters=np.ones((7, 3), int), histograms=np.ones((7, 10)),
+        num_tokens=np.array([10, 10, 10]), steps=np.array([1, 2, 4]),
+        distance_to_network=np.array([0.0, 5.0, 6.0]),
+        distance_to_reference=np.array([8.4, 7.8, 8.0]), observed_order=-0.01,
+        paraphrase_cosines=np.ones((3, 4)), unrelated_cosines=np.zeros(3),
+        eigenvalues_real=np.zeros((6, 2)), eigenvalues_imag=np.zeros((6, 2)),
+        max_real_eigenvalue=np.zeros(6), largest_stable_step=np.ones(6),
+        lyapunov=np.zeros((6, 2)), wall_time_s=1.0,
+    )  # fmt: skip
+    text = s._convergence_sentence(r)
+    assert text.startswith("no convergence over k = 1..4: the distance to the reference goes 8.4")
+    assert "observed order" not in text.replace("no observed order", "")
+    good = dataclasses.replace(r, distance_to_reference=np.array([0.4, 0.2, 0.1]),
+                               observed_order=1.0)  # fmt: skip
+    assert s._convergence_sentence(good).startswith("observed order 1.00")

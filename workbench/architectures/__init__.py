@@ -8,8 +8,10 @@ from ._cvt import (
 )
 from ._direct import (
     direct_bert as direct_bert,
+    direct_cvt as direct_cvt,
     direct_encoder as direct_encoder,
     direct_gpt2 as direct_gpt2,
+    direct_vit as direct_vit,
 )
 from ._loaders import (
     bert_from_hf as bert_from_hf,
@@ -45,4 +47,9 @@ from ._reference import (
     run_reference as run_reference,
     torch_encoder as torch_encoder,
 )
-from ._vision import ViT as ViT, ViTEmbeddings as ViTEmbeddings, vit_from_hf as vit_from_hf
+from ._vision import (
+    ViT as ViT,
+    ViTEmbeddings as ViTEmbeddings,
+    vit_from_hf as vit_from_hf,
+    vit_to_hf as vit_to_hf,
+)

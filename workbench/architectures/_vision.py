@@ -20,7 +20,7 @@ from jaxtyping import Array, Float
 from .._controls import stack
 from .._equation import PreNorm
 from .._types import Tokens
-from ..terms._activations import activation_from_name
+from ..terms._activations import activation_from_name, activation_name
 from ..terms._projections import LayerNormProjection
 from ._loaders import (
     _array,
@@ -50,7 +50,7 @@ class ViTEmbeddings(eqx.Module):
     `u(0) = [c; (Σ_{q ∈ patch(p)} K_{q − q_p} x_q + b)_p] + E`: `kernel` `K` of shape
     `(d, channels, patch rows, patch cols)` applied with the patch as stride (patches in
     row-major order over the grid), the class token `c` first, position embeddings `E`
-    `(1 + patches, d)`.
+    `(1 + patches, d)`. A one-channel embedding also takes an image `(height, width)`.
     """
 
     kernel: Float[Array, "d c ph pw"]
@@ -71,6 +71,8 @@ class ViTEmbeddings(eqx.Module):
 
     def __call__(self, image: Float[Array, "c h w"]) -> Tokens:
         want = (self.kernel.shape[1], *self.image_size)
+        if want[0] == 1 and jnp.shape(image) == want[1:]:
+            image = jnp.asarray(image)[None]  # one channel: (height, width) is accepted too
         if jnp.shape(image) != want:
             raise ValueError(
                 f"image has shape {tuple(jnp.shape(image))}; this ViT takes one image of shape "
@@ -136,7 +138,8 @@ def vit_from_hf(state_dict: Mapping, config, *, dtype=None) -> ViT:
 
     **Arguments:** `state_dict` of `ViTModel` as numpy arrays (transformers 5 names
     `layers.{i}.attention.q_proj…`, or the classic `encoder.layer.{i}.attention.attention.query…`
-    of transformers 4 and the Hub's checkpoints); `config`: `ViTConfig.to_dict()` (`image_size`
+    of transformers 4 and the Hub's checkpoints; the `vit.`-prefixed state dict of
+    `ViTForImageClassification` is accepted, its classifier ignored); `config`: `ViTConfig.to_dict()` (`image_size`
     and `patch_size` an integer or a `(rows, cols)` pair); `dtype`: cast the weights (default:
     keep theirs).
 
@@ -145,7 +148,10 @@ def vit_from_hf(state_dict: Mapping, config, *, dtype=None) -> ViT:
     unsupported config values; the model raises for an image of the wrong shape.
     """
     arch = "Hugging Face ViTModel"
-    sd = _modern_vit_keys(as_numpy_state_dict(state_dict))
+    sd = as_numpy_state_dict(state_dict)
+    if any(k.startswith("vit.") for k in sd):  # ViTForImageClassification: its head is not used
+        sd = {k[4:]: v for k, v in sd.items() if k.startswith("vit.")}
+    sd = _modern_vit_keys(sd)
     cfg = _config(config, arch)
     d = _positive_int(_require(cfg, "hidden_size", arch), "hidden_size")
     H = _positive_int(_require(cfg, "num_attention_heads", arch), "num_attention_heads")
@@ -222,3 +228,78 @@ def vit_from_hf(state_dict: Mapping, config, *, dtype=None) -> ViT:
         image,
     )
     return ViT(embeddings, Transformer(equation))
+
+
+def vit_to_hf(vit: ViT) -> tuple[dict[str, np.ndarray], dict]:
+    """The Hugging Face `ViTModel` state dict (transformers 5 names, numpy) and
+    `ViTConfig`-style dict of a recovered or trained `ViT` with the network's own
+    discretization (Lie–Trotter, one step per layer): `vit_from_hf(*vit_to_hf(v))` is `v`.
+
+    Raises `ValueError` for a model that is not a ViT network: another scheme or step count
+    (re-discretized: a torch ViT cannot run it), controls that are not piecewise constant,
+    biases missing, or no final LayerNorm.
+    """
+    from .._controls import PiecewiseConstant
+    from ..schemes._splitting import LieTrotter
+    from ..terms._attention import MultiHeadAttention
+    from ..terms._feedforward import FeedForward
+
+    t, e = vit.transformer, vit.embeddings
+    if type(t.scheme) is not LieTrotter or t.steps_per_layer != 1:
+        raise ValueError(
+            f"vit_to_hf: the model is solved by {type(t.scheme).__name__} with "
+            f"{t.steps_per_layer} step(s) per layer; a Hugging Face ViT is Lie-Trotter with one "
+            "step per layer: export vit.rediscretize(wb.schemes.LieTrotter(), 1)."
+        )
+    eq = t.equation
+    (attn, ln1), (ffn, ln2) = [(op.term, op.projection) for op in eq.operators]
+    controls = (attn, ln1, ffn, ln2)
+    if not all(isinstance(c, PiecewiseConstant) for c in controls) or eq.output is None:
+        raise ValueError(
+            "vit_to_hf: a ViT has piecewise-constant controls (one value per layer) and a final "
+            "LayerNorm; interpolated controls or a missing output map have no ViT counterpart."
+        )
+    a, f, n1, n2 = attn.values, ffn.values, ln1.values, ln2.values
+    if not (isinstance(a, MultiHeadAttention) and isinstance(f, FeedForward)):
+        raise ValueError("vit_to_hf: the terms must be MultiHeadAttention and FeedForward.")
+    if a.causal or any(b is None for b in (a.query_bias, a.key_bias, a.value_bias,
+                                            a.output_bias, f.hidden_bias, f.output_bias)):  # fmt: skip
+        raise ValueError("vit_to_hf: a ViT's attention is not causal and every term has biases.")
+    L, d = a.query.shape[0], a.query.shape[-1]
+    if abs(a.scale * np.sqrt(d // a.num_heads) - 1) > 1e-6:
+        raise ValueError(f"vit_to_hf: attention scale {a.scale} is not 1/sqrt(head width).")
+    eps = {n1.eps, n2.eps, eq.output.eps}
+    if len(eps) != 1:
+        raise ValueError(f"vit_to_hf: the LayerNorms use different eps {sorted(eps)}.")
+    np_ = lambda x: np.asarray(x)
+    sd = {
+        "embeddings.cls_token": np_(e.class_token)[None, None],
+        "embeddings.position_embeddings": np_(e.position)[None],
+        "embeddings.patch_embeddings.projection.weight": np_(e.kernel),
+        "embeddings.patch_embeddings.projection.bias": np_(e.bias),
+        "layernorm.weight": np_(eq.output.weight),
+        "layernorm.bias": np_(eq.output.bias),
+    }
+    lin = {"attention.q_proj": (a.query, a.query_bias), "attention.k_proj": (a.key, a.key_bias),
+           "attention.v_proj": (a.value, a.value_bias), "attention.o_proj": (a.output, a.output_bias),
+           "mlp.fc1": (f.hidden, f.hidden_bias), "mlp.fc2": (f.output, f.output_bias)}  # fmt: skip
+    for i in range(L):
+        for name, (w, b) in lin.items():
+            sd[f"layers.{i}.{name}.weight"] = np_(w[i]).T
+            sd[f"layers.{i}.{name}.bias"] = np_(b[i])
+        for name, ln in (("layernorm_before", n1), ("layernorm_after", n2)):
+            sd[f"layers.{i}.{name}.weight"] = np_(ln.weight[i])
+            sd[f"layers.{i}.{name}.bias"] = np_(ln.bias[i])
+    config = {
+        "hidden_size": int(d),
+        "num_attention_heads": int(a.num_heads),
+        "num_hidden_layers": int(L),
+        "intermediate_size": int(f.hidden.shape[-1]),
+        "image_size": list(e.image_size),
+        "patch_size": list(e.patch_size),
+        "num_channels": int(e.kernel.shape[1]),
+        "qkv_bias": True,
+        "layer_norm_eps": float(eps.pop()),
+        "hidden_act": activation_name(f.activation),
+    }
+    return sd, config

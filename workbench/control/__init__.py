@@ -30,7 +30,9 @@ from ._models import (
     extend_depth as extend_depth,
     interpolate_controls as interpolate_controls,
     random_transformer as random_transformer,
+    random_vit as random_vit,
     refine_depth as refine_depth,
+    vit_classifier as vit_classifier,
 )
 from ._msa import SuccessiveApproximations as SuccessiveApproximations
 from ._objective import (

@@ -18,6 +18,7 @@ from .._controls import AbstractControl, Interpolated, PiecewiseConstant
 from .._equation import Equation, Operator, PostNorm, PreNorm
 from .._types import Tokens
 from ..architectures._model import Transformer
+from ..architectures._vision import ViT, ViTEmbeddings
 from ..schemes._splitting import AbstractSplittingScheme, LieTrotter
 from ..terms._activations import gelu
 from ..terms._attention import MultiHeadAttention
@@ -33,7 +34,9 @@ __all__ = [
     "extend_depth",
     "interpolate_controls",
     "random_transformer",
+    "random_vit",
     "refine_depth",
+    "vit_classifier",
 ]
 
 
@@ -119,6 +122,67 @@ def random_transformer(
         final if pre_norm else None,
     )
     return Transformer(equation, scheme, steps_per_layer)
+
+
+def random_vit(
+    key: PRNGKeyArray,
+    *,
+    image_size: tuple[int, int],
+    patch_size: int | tuple[int, int],
+    num_channels: int = 1,
+    d: int,
+    num_heads: int,
+    num_layers: int,
+    hidden: int,
+    layer_norm_eps: float = 1e-5,
+    output_scale: float = 0.1,
+    dtype=jnp.float32,
+) -> ViT:
+    r"""A Hugging Face-compatible ViT (`wb.architectures.ViT`) with fresh controls, to train.
+
+    The embedding is `ViTEmbeddings` (non-overlapping patches as an integral operator, a class
+    token, position embeddings), the equation `random_transformer`'s pre-norm GELU equation with
+    a final LayerNorm. `wb.architectures.vit_to_hf` exports it (trained or not) as a `ViTModel`
+    state dict and config. Patch kernel `N(0, 1/fan_in)`, bias and class token zero, positions
+    `N(0, 0.02²)`.
+    """
+    from ..architectures._vision import _pair
+
+    image, patch = _pair(image_size, "image_size"), _pair(patch_size, "patch_size")
+    if any(i % p for i, p in zip(image, patch)):
+        raise ValueError(
+            f"image_size={list(image)} is not a whole number of patches of patch_size={list(patch)}."
+        )
+    c = _check_int("num_channels", num_channels)
+    d = _check_int("d", d)
+    grid = (image[0] // patch[0]) * (image[1] // patch[1])
+    k1, k2, k3 = jax.random.split(key, 3)
+    embeddings = ViTEmbeddings(
+        _normal(k1, (d, c, *patch), 1 / math.sqrt(c * patch[0] * patch[1]), dtype),
+        jnp.zeros(d, dtype),
+        jnp.zeros(d, dtype),
+        _normal(k2, (1 + grid, d), 0.02, dtype),
+        image,
+    )
+    transformer = random_transformer(
+        k3, d=d, num_heads=num_heads, num_layers=num_layers, hidden=hidden,
+        layer_norm_eps=layer_norm_eps, output_scale=output_scale, dtype=dtype,
+    )  # fmt: skip
+    return ViT(embeddings, transformer)
+
+
+def vit_classifier(vit: ViT, num_classes: int) -> "ControlledModel":
+    """A ViT (recovered with `vit_from_hf` or from `random_vit`) with a linear head on its class
+    token, ready for `train`: `ViTForImageClassification`'s logits, `W · LN(u(T))_0 + b` (head
+    zero-initialized)."""
+    if not isinstance(vit, ViT):
+        raise ValueError(
+            f"vit_classifier takes a workbench.architectures.ViT; got {type(vit).__name__}."
+        )
+    return ControlledModel(
+        vit.embeddings, vit.transformer, ClassifierHead(vit.transformer.d, num_classes,
+                                                        dtype=vit.embeddings.kernel.dtype)
+    )  # fmt: skip
 
 
 class PatchEmbedding(eqx.Module):

@@ -37,3 +37,14 @@ def activation_from_name(name: str, *, field: str = "activation"):
         raise ValueError(
             f"{field}={name!r} is not a known activation; valid choices: {choices}."
         ) from None
+
+
+def activation_name(fn) -> str:
+    """The Hugging Face name of a known activation function (the inverse of
+    `activation_from_name`): `"relu"`, `"gelu"` or `"gelu_new"`."""
+    names = {relu: "relu", gelu: "gelu", gelu_tanh: "gelu_new"}
+    if fn not in names:
+        raise ValueError(
+            f"activation {fn!r} has no Hugging Face name; known: {sorted(names.values())}."
+        )
+    return names[fn]
