@@ -420,4 +420,37 @@ def figures(results: Results) -> dict:
             title="re-discretizing all-MiniLM-L6-v2")  # fmt: skip
     ax3.grid(True, which="both", alpha=0.3)
     ax3.legend()
-    return {"histograms": fig, "depth": fig2, "rediscretization": fig3}
+    return {"histograms": fig, "depth": fig2, "rediscretization": fig3,
+            "spectra": _plot_spectra(r)}  # fmt: skip
+
+
+def _plot_spectra(r: Results):
+    """Each layer's Jacobian eigenvalues `τλ` (τ = 1, one Lie–Trotter step per layer) against
+    the scheme's stability region `|R(z)| ≤ 1`, and the finite-time Lyapunov exponents."""
+    import workbench as wb
+    from studies._report import new_figure
+
+    fig, (ax, ax2) = new_figure(1, 2, figsize=(12, 4.6))
+    re, im = r.eigenvalues_real, r.eigenvalues_imag
+    span = 1.15 * max(2.0, float(np.max(np.abs(re))), float(np.max(np.abs(im))))
+    x, y = np.meshgrid(np.linspace(-span, span, 400), np.linspace(-span, span, 400))
+    R = wb.analysis.stability_function(wb.schemes.LieTrotter())
+    ax.contourf(x, y, np.abs(R(x + 1j * y)), [0.0, 1.0], colors=["0.88"])
+    ax.contour(x, y, np.abs(R(x + 1j * y)), [1.0], colors="0.4", linewidths=1)
+    for layer in range(re.shape[0]):
+        ax.scatter(re[layer], im[layer], s=14, color=f"C{layer}", label=f"layer {layer + 1}")
+    ax.plot([], [], color="0.4", label="|R(z)| = 1 (Lie–Trotter)")
+    ax.axhline(0, color="0.7", lw=0.5)
+    ax.axvline(0, color="0.7", lw=0.5)
+    ax.set(xlabel="Re τλ", ylabel="Im τλ", aspect="equal",
+           title="largest-modulus Jacobian eigenvalues, τ = 1 (shaded: stable)")  # fmt: skip
+    ax.legend(fontsize=7, loc="upper left")
+    layers = np.arange(1, r.lyapunov.shape[0] + 1)
+    for j in range(r.lyapunov.shape[1]):
+        ax2.plot(layers, r.lyapunov[:, j], "o-", color=f"C{j}", lw=1, label=f"exponent {j + 1}")
+    ax2.axhline(0, color="0.6", lw=0.8)
+    ax2.set(xlabel="layer", ylabel="finite-time Lyapunov exponent",
+            title="finite-time Lyapunov exponents of each layer map")  # fmt: skip
+    ax2.grid(True, alpha=0.3)
+    ax2.legend(fontsize=7)
+    return fig
