@@ -53,7 +53,7 @@ from types import ModuleType
 
 from ._config import ConfigError as ConfigError
 
-__all__ = ["STUDIES", "ConfigError", "get_study"]
+__all__ = ["SMOKE_SECONDS", "STUDIES", "TOUR", "ConfigError", "get_study"]
 
 STUDIES: dict[str, str] = {
     "exact-recovery": "studies.exact_recovery",
@@ -80,6 +80,43 @@ STUDIES: dict[str, str] = {
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""
 
+TOUR: tuple[str, ...] = (
+    "exact-recovery",
+    "cluster-histograms",
+    "metastability",
+    "phase-diagram",
+    "convergence-order",
+    "splitting-error",
+    "plan",
+    "train-digits",
+    "real-model-dynamics",
+)
+"""The studies `workbench tour` runs by default, at smoke size: the headline result of each theme
+(exact recovery, the particle model's clustering and phase diagrams, convergence and splitting
+error, the step-size plan, training as control, a real pretrained model), under two minutes on 2
+CPU cores. `workbench tour --all` runs every registered study."""
+
+SMOKE_SECONDS: dict[str, float] = {
+    "real-model-dynamics": 47.0,
+    "splitting-error": 42.0,
+    "train-digits": 40.0,
+    "exact-recovery": 33.0,
+    "convergence-order": 28.0,
+    "stability": 21.0,
+    "cluster-histograms": 9.0,
+    "phase-diagram": 8.0,
+    "plan": 5.0,
+    "metastability": 5.0,
+    "adjoint-accuracy": 90.0,
+    "depth-refinement": 86.0,
+    "msa-vs-gradient": 38.0,
+    "regularization-cost": 33.0,
+}
+"""Measured smoke-size wall times (seconds, one 2-core CPU, 2 studies at a time), used only to
+start the slowest studies first when the tour runs several at once (longest-processing-time
+order: the two cores stay busy to the end); a study missing here starts last. The report keeps
+the tour's order."""
+
 
 def get_study(name: str) -> ModuleType:
     """Import and return the study module registered as `name`.
@@ -97,6 +134,9 @@ def get_study(name: str) -> ModuleType:
     try:
         module_path = STUDIES[name]
     except (KeyError, TypeError):
+        from ._overrides import did_you_mean
+
         valid = ", ".join(STUDIES) if STUDIES else "(none registered)"
-        raise ValueError(f"unknown study {name!r}; valid studies: {valid}.") from None
+        hint = did_you_mean(str(name), STUDIES)
+        raise ValueError(f"unknown study {name!r}{hint}; valid studies: {valid}.") from None
     return importlib.import_module(module_path)

@@ -18,7 +18,7 @@ import pathlib
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, TextIO
 
@@ -159,7 +159,8 @@ def run_study(
     write `out/config.json` = `{"study", "smoke", "config", "environment"}`; `results =
     module.compute(config)`; write `out/results.json`; save each of `module.figures(results)` as
     `out/<name>.png` (skipped, and said in the report, when matplotlib is missing); write
-    `out/report.md` = the verdict, then `module.report(results)`. Every file is written
+    `out/report.md` = the verdict, then `module.report(results)`, then the figures embedded
+    (`![name](name.png)`). Every file is written
     atomically. If `compute` raises, the exception propagates and only `config.json` is left.
 
     Precision is not changed here: `compute` chooses its own (e.g. `jax.enable_x64(True)`).
@@ -226,6 +227,10 @@ def run_study(
         figures = module.figures(results)
         for fig_name, fig in figures.items():
             save_figure(fig, out / f"{fig_name}.png")
+        if figures:
+            text += "\n\n## Figures\n\n" + "\n\n".join(
+                f"![{fig_name}]({fig_name}.png)" for fig_name in figures
+            )
     else:
         text += (
             "\n\n*Figures not drawn: matplotlib is not installed (`pip install workbench[plots]`).*"
@@ -258,14 +263,17 @@ def run_tour(
     root: str | os.PathLike[str] = "runs",
     stream: TextIO | None = None,
     jobs: int = 1,
+    names: Sequence[str] | None = None,
+    expected_seconds: Mapping[str, float] | None = None,
 ) -> int:
-    """Run every registered study into `out/<name>/` and combine their reports.
+    """Run registered studies into `out/<name>/` and combine their reports.
 
     Each study runs with `smoke_config()` (or `Config()` when `full`). A study that fails — on
     import, protocol check, or while running — is recorded as FAILED with its traceback, and the
     remaining studies still run. Writes `out/report.md` (summary table with the status and wall
-    time of each study, then each report under a `## <name>` heading) and `out/tour.json`
-    (status and wall time per study, and the environment).
+    time of each study, then each report under a `## <name>` heading, figures embedded), the same
+    as a self-contained `out/report.html` (figures inlined), and `out/tour.json` (status and
+    wall time per study, the tour's wall time, and the environment).
 
     **Arguments:**
 
@@ -278,6 +286,11 @@ def run_tour(
       JAX state is shared). Smoke studies spend most of their time compiling, which XLA does on
       one core, so two jobs on two cores finish the tour sooner. `1` runs them here, in order.
       The modules of `registry` must be importable by a fresh interpreter when `jobs > 1`.
+    - `names`: the studies to run, in this order; default every study of `registry`. An
+      unregistered name raises `ValueError` (naming it and the valid ones) before anything runs.
+    - `expected_seconds`: `{name: seconds}`, when `jobs > 1`: start the longest first (a study
+      missing here starts last), so the last to finish does not run alone; the report keeps the
+      order of `names`. The command passes `studies.SMOKE_SECONDS` for smoke tours.
 
     **Returns:** the exit code: 0 if every study succeeded, 1 otherwise.
     """
@@ -287,12 +300,19 @@ def run_tour(
     stream = sys.stderr if stream is None else stream
     out = new_run_dir(root, "tour") if out is None else pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    tour_start = time.perf_counter()
     env = environment()
     mode = "full" if full else "smoke"
     outcomes = []
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"run_tour: jobs={jobs!r} must be an integer >= 1.")
-    names, total = list(registry), len(registry)
+    names = list(registry) if names is None else list(names)
+    unknown = [name for name in names if name not in registry]
+    if unknown:
+        raise ValueError(
+            f"run_tour: names={unknown!r} are not registered studies; valid: {', '.join(registry)}."
+        )
+    total = len(names)
 
     def done(i: int, outcome: _Outcome) -> _Outcome:
         status = "ok" if outcome.ok else f"FAILED: {outcome.error}"
@@ -314,15 +334,20 @@ def run_tour(
         print(f"tour: {total} studies ({mode}), {jobs} at a time", file=stream, flush=True)
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            cost = expected_seconds or {}
+            started = sorted(names, key=lambda name: -cost.get(name, 0.0))  # stable
             futures = {
                 pool.submit(_tour_one, name, dict(registry), out / name, full=full): name
-                for name in names
+                for name in started
             }
             finished = {}
             for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 finished[futures[future]] = done(i, future.result())
         outcomes = [finished[name] for name in names]
-    atomic_write_text(out / "report.md", _tour_report(outcomes, env, full=full))
+    elapsed = time.perf_counter() - tour_start
+    text = _tour_report(outcomes, env, full=full, total_s=elapsed, registered=len(registry))
+    atomic_write_text(out / "report.md", text)
+    atomic_write_text(out / "report.html", markdown_to_html(text, out, title="Workbench tour"))
     atomic_write_json(
         out / "tour.json",
         {
@@ -336,6 +361,7 @@ def run_tour(
                 }
                 for o in outcomes
             },
+            "wall_time_s": elapsed,
             "environment": env,
         },
     )
@@ -343,7 +369,7 @@ def run_tour(
     print(
         f"tour: {len(outcomes) - len(failed)}/{len(outcomes)} studies ok"
         + (f"; failed: {', '.join(failed)}" if failed else "")
-        + f"; report in {out / 'report.md'}",
+        + f"; {elapsed:.0f} s; report in {out / 'report.md'} and {out / 'report.html'}",
         file=stream,
         flush=True,
     )
@@ -372,24 +398,44 @@ def _tour_one(name: str, registry: Mapping[str, str], out: pathlib.Path, *, full
     return _Outcome(name, summary, True, wall, report, verdict=verdict)
 
 
-def _tour_report(outcomes: list[_Outcome], env: Mapping[str, Any], *, full: bool) -> str:
+def _tour_report(
+    outcomes: list[_Outcome],
+    env: Mapping[str, Any],
+    *,
+    full: bool,
+    total_s: float,
+    registered: int,
+) -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     jax_version = env["packages"].get("jax")
     x64 = "on" if env["jax_enable_x64"] else "off (each study sets its own precision)"
     commit = f"git {env['git_commit'][:12]}" if env["git_commit"] else "no git commit"
+    ok = sum(o.ok for o in outcomes)
     lines = [
         "# Workbench tour",
         "",
-        f"{'Full-size' if full else 'Smoke-size'} run of every registered study, {stamp}; "
-        f"jax {jax_version} on {env['jax_backend']}, global float64 {x64}, {commit}.",
+        f"{'Full-size' if full else 'Smoke-size'} run of "
+        + (
+            f"every registered study ({registered}), "
+            if len(outcomes) == registered
+            else f"{len(outcomes)} of the {registered} registered studies "
+            "(`workbench tour --all` runs every one), "
+        )
+        + f"{stamp}; "
+        f"jax {jax_version} on {env['jax_backend']}, global float64 {x64}, {commit}. "
+        f"{ok} of {len(outcomes)} studies ran; tour wall time **{total_s:.0f} s** (the studies' "
+        f"own times add up to {sum(o.wall_time_s for o in outcomes):.0f} s; they run in "
+        "parallel processes).",
+        "",
+        'Each verdict is computed from the study\'s numbers; at smoke sizes a "No" can come from '
+        "the small sizes (few starts, short runs, wide confidence intervals) rather than from the "
+        "question: rerun the study at full size (`workbench run <study>`) before reading it as an "
+        "answer.",
         "",
         markdown_table(
-            ["study", "status", "verdict", "wall time (s)"],
-            [
-                (o.name, "ok" if o.ok else "**FAILED**", _first_sentence(o.verdict), o.wall_time_s)
-                for o in outcomes
-            ],
-            floatfmt=".2f",
+            ["study", "verdict", "key numbers", "wall time (s)"],
+            [(f"[{o.name}](#{o.name})", *_verdict_parts(o), o.wall_time_s) for o in outcomes],
+            floatfmt=".1f",
         ),
         "",
     ]
@@ -398,12 +444,8 @@ def _tour_report(outcomes: list[_Outcome], env: Mapping[str, Any], *, full: bool
         if o.summary:
             lines += [f"*{o.summary}*", ""]
         if o.ok:
-            lines += [
-                f"Outputs in `{o.name}/`; wall time {o.wall_time_s:.2f} s.",
-                "",
-                demote_headings(o.report.strip(), 2),
-                "",
-            ]
+            report = _relink_images(demote_headings(o.report.strip(), 2), o.name)
+            lines += [f"Outputs in `{o.name}/`; wall time {o.wall_time_s:.2f} s.", "", report, ""]
         else:
             lines += [
                 f"**FAILED** after {o.wall_time_s:.2f} s: `{o.error.splitlines()[0]}`",
@@ -412,6 +454,63 @@ def _tour_report(outcomes: list[_Outcome], env: Mapping[str, Any], *, full: bool
                 "",
             ]
     return "\n".join(lines)
+
+
+def _verdict_parts(o: _Outcome) -> tuple[str, str]:
+    """(the answer — Yes, No, Partly, … — and the first sentence after it, shortened), or
+    ("**FAILED**", the error) for a study that failed."""
+    if not o.ok:
+        return "**FAILED**", o.error.splitlines()[0][:160] if o.error else "—"
+    answer, dot, rest = o.verdict.partition(". ")
+    if not dot:
+        return _first_sentence(o.verdict), ""
+    numbers = _first_sentence(rest)
+    return answer, numbers if len(numbers) <= 200 else numbers[:197].rstrip() + "…"
+
+
+def _relink_images(text: str, folder: str) -> str:
+    """`![a](b.png)` → `![a](folder/b.png)` for relative image paths."""
+    import re
+
+    return re.sub(r"!\[([^\]]*)\]\((?![a-z]+:|/)([^)]+)\)", rf"![\1]({folder}/\2)", text)
+
+
+def markdown_to_html(text: str, folder: pathlib.Path, *, title: str) -> str:
+    """A self-contained HTML page of the Markdown `text`: tables and code blocks rendered
+    (Python-Markdown), every relative PNG under `folder` inlined as a `data:` URI, a small
+    stylesheet; nothing is loaded from elsewhere when it is opened."""
+    import base64
+    import html
+    import re
+
+    try:
+        import markdown
+    except ImportError:  # pragma: no cover - the studies extra installs it
+        body = f"<pre>{html.escape(text)}</pre>"
+    else:
+        body = markdown.markdown(text, extensions=["tables", "fenced_code", "toc"])
+
+    def inline(match):
+        src = match.group(1)
+        path = pathlib.Path(folder) / html.unescape(src)
+        if src.startswith(("data:", "http:", "https:")) or not path.is_file():
+            return match.group(0)
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f'src="data:image/png;base64,{data}"'
+
+    body = re.sub(r'src="([^"]+\.png)"', inline, body)
+    style = (
+        "body{font-family:system-ui,sans-serif;max-width:70rem;margin:2rem auto;padding:0 1rem;"
+        "line-height:1.45;color:#222}table{border-collapse:collapse;margin:1rem 0;font-size:.9rem}"
+        "th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}"
+        "th{background:#f3f3f3}img{max-width:100%;height:auto}code{background:#f5f5f5;"
+        "padding:0 .2rem}pre{background:#f5f5f5;padding:.6rem;overflow-x:auto}"
+    )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{style}</style></head>\n"
+        f"<body>\n{body}\n</body></html>\n"
+    )
 
 
 def _first_sentence(text: str) -> str:

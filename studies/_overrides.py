@@ -19,6 +19,8 @@ __all__ = [
     "apply_overrides",
     "config_fields",
     "describe_fields",
+    "did_you_mean",
+    "field_docs",
     "parse_overrides",
     "parse_value",
     "type_name",
@@ -103,7 +105,8 @@ def parse_overrides(
 ) -> dict[str, Any]:
     """Turn `(name, text)` pairs from the command line into typed field values.
 
-    Names may use `-` for `_` (`--num-steps` sets `num_steps`).
+    Names may use `-` for `_` (`--num-steps` sets `num_steps`). A `bool` field is also a switch:
+    `--x64` alone sets it true, `--no-x64` false.
 
     **Arguments:**
 
@@ -122,11 +125,26 @@ def parse_overrides(
     given: dict[str, str] = {}
     for raw_name, text in pairs:
         name = raw_name.replace("-", "_")
+        if name not in fields and name.startswith("no_") and fields.get(name[3:]) is bool:
+            if text is not None:  # --no-x64 is a switch
+                raise OverrideError(
+                    f"--{raw_name}{of_study} takes no value (given {text!r}); write "
+                    f"--{raw_name} alone, or --{name[3:]} true/false."
+                )
+            name, text = name[3:], "false"
+        elif name in fields and fields[name] is bool and text is None:
+            text = "true"  # --x64 alone
+        if name in ("x64", "no_x64") and name not in fields:
+            raise OverrideError(
+                f"--{raw_name}: study{f' {study!r}' if study else ''} has no precision switch; it "
+                "sets its own precision (its --help says which)."
+            )
         if name not in fields:
             shown = "" if text is None else f" (given value {text!r})"
             valid = ", ".join(fields) if fields else "(none)"
             raise OverrideError(
-                f"unknown field {raw_name!r}{shown}{of_study}; valid fields: {valid}."
+                f"unknown field {raw_name!r}{shown}{of_study}{did_you_mean(name, fields)}; "
+                f"valid fields: {valid}."
             )
         if text is None:
             raise OverrideError(
@@ -148,16 +166,56 @@ def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
     return dataclasses.replace(config, **overrides)
 
 
-def describe_fields(config_cls: type, smoke: Any | None = None) -> str:
-    """One line per field: `--name TYPE  default` (and the smoke value where it differs).
+def did_you_mean(name: str, choices) -> str:
+    """`" (did you mean 'x'?)"` for the closest of `choices` to `name` (`difflib`), or `""`."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def field_docs(config_cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass's fields: the string literal right after each
+    field in the class body (read from the source with `ast`; `{}` without source)."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for cls in reversed(config_cls.__mro__):
+        if not dataclasses.is_dataclass(cls):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body
+        for node, after in zip(body, body[1:]):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(inspect.cleandoc(after.value.value).split())
+    return docs
+
+
+def describe_fields(config_cls: type, smoke: Any | None = None, *, width: int = 100) -> str:
+    """Per field: `--name TYPE  default: …` (and the smoke value where it differs), then its
+    meaning (the field's docstring) indented below, wrapped at `width`.
 
     **Arguments:**
 
     - `config_cls`: the `Config` dataclass.
     - `smoke`: an instance from `smoke_config()`, or `None`.
     """
+    import textwrap
+
     fields = config_fields(config_cls)
     defaults = {f.name: f for f in dataclasses.fields(config_cls)}
+    docs = field_docs(config_cls)
     rows = []
     for name, tp in fields.items():
         default = _default_text(defaults[name])
@@ -165,9 +223,15 @@ def describe_fields(config_cls: type, smoke: Any | None = None) -> str:
             smoke_value = getattr(smoke, name)
             if default is None or _format(smoke_value) != default:
                 default = f"{default or '(required)'}, smoke: {_format(smoke_value)}"
-        rows.append((f"--{name} {type_name(tp)}", default or "(required)"))
-    width = max((len(left) for left, _ in rows), default=0)
-    return "\n".join(f"  {left.ljust(width)}  default: {right}" for left, right in rows)
+        rows.append((name, f"--{name} {type_name(tp)}", default or "(required)"))
+    left_width = max((len(left) for _, left, _ in rows), default=0)
+    lines = []
+    for name, left, right in rows:
+        lines.append(f"  {left.ljust(left_width)}  default: {right}")
+        if name in docs:
+            lines += textwrap.wrap(docs[name], width, initial_indent=" " * 6,
+                                   subsequent_indent=" " * 6)  # fmt: skip
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------

@@ -272,3 +272,27 @@ def reduction_note(fit: Any) -> str:
         return ""
     pre = fit.preasymptotic_order
     return ", order reduction" + ("" if pre is None else f" from {pre:.2f}")
+
+
+WIDE_CI = 1.0
+"""A 95 % interval on an observed order wider than this cannot tell neighbouring integer orders
+apart; reports mark it (typically too few ladder points at smoke size)."""
+
+
+def ci_cell(low: float, high: float) -> str:
+    """`"[low, high]"`, with `" (wide)"` appended when the interval is wider than `WIDE_CI`."""
+    wide = not (high - low <= WIDE_CI)  # NaN counts as wide
+    return f"[{low:.2f}, {high:.2f}]" + (" (wide)" if wide else "")
+
+
+def wide_ci_note(intervals: Iterable[Any]) -> str:
+    """A sentence for reports when any `(low, high)` of `intervals` (`None` skipped) is wider
+    than `WIDE_CI`, else `""`."""
+    wide = [ci for ci in intervals if ci is not None and not (ci[1] - ci[0] <= WIDE_CI)]
+    if not wide:
+        return ""
+    return (
+        f"*{len(wide)} interval(s) marked (wide) are wider than {WIDE_CI:g}: they cannot tell "
+        "neighbouring orders apart (too few ladder points, typical at smoke size); rerun at full "
+        "size before reading those orders.*"
+    )

@@ -36,7 +36,7 @@ import workbench as wb
 import workbench.analysis as wba
 import workbench.control as wbc
 from studies._config import check, check_choices, check_nonempty, check_positive
-from studies._report import markdown_table, new_figure, progress
+from studies._report import ci_cell, markdown_table, new_figure, progress, wide_ci_note
 
 NAME = "adjoint-accuracy"
 SUMMARY = "Continuous adjoint vs exact discrete gradient: observed order; time and memory vs depth."
@@ -49,26 +49,41 @@ COST_METHODS = ("dto", "dto-every-step", "dto-binomial", "otd", "msa")
 @dataclasses.dataclass(frozen=True)
 class Config:
     d: int = 16
+    """Model width d of the accuracy part."""
     n: int = 8
     """Tokens per example (including the class token)."""
     num_heads: int = 2
+    """Attention heads per layer, in both parts."""
     num_layers: int = 2
+    """Layers of the accuracy part's equation."""
     hidden: int = 32
+    """Feed-forward width of the accuracy part (the cost part uses 2 · cost_d)."""
     batch: int = 2
+    """Examples in the accuracy part's batch."""
     schemes: tuple[str, ...] = ("lie", "strang", "suzuki4")
+    """Splitting schemes whose adjoint gap is measured (lie, strang, suzuki4, yoshida4)."""
     ladder: tuple[int, ...] = (2, 4, 8, 16, 32)
     """Steps per layer of the accuracy ladder."""
     tsit5_ladder: tuple[int, ...] = (2, 4, 8, 16)
     """Steps per layer of the diffrax BacksolveAdjoint ladder (empty: skip)."""
     kinetic: float = 0.0
+    """λ_K of the kinetic cost in the accuracy part's objective (0: cross-entropy only)."""
     depths: tuple[int, ...] = (6, 24, 96)
+    """Depths (layers, one Lie–Trotter step each) of the cost part."""
     cost_d: int = 64
+    """Model width d of the cost part."""
     cost_n: int = 32
+    """Tokens per example of the cost part."""
     cost_batch: int = 16
+    """Examples in the cost part's batch."""
     cost_methods: tuple[str, ...] = COST_METHODS
+    """Gradient methods of the cost part: dto, dto-every-step, dto-binomial, otd, msa."""
     repeats: int = 5
+    """Timed runs per method and depth in the cost part; the median is reported."""
     order_tolerance: float = 0.3
+    """A fitted order within this of the expected order counts as reached."""
     seed: int = 0
+    """Seeds the random controls, inputs, classifier weights and labels."""
 
     def __post_init__(self):
         check_positive(self, "d", "n", "num_heads", "num_layers", "hidden", "batch", "ladder",
@@ -285,7 +300,7 @@ def report(results: Results) -> str:
     rows = [
         (x.method, x.declared_order,
          "—" if x.observed_order is None else f"{x.observed_order:.2f}",
-         "—" if x.ci is None else f"[{x.ci[0]:.2f}, {x.ci[1]:.2f}]",
+         "—" if x.ci is None else ci_cell(*x.ci),
          " ".join(f"{g:.2e}" for g in x.relative_gaps))
         for x in results.ladders
     ]  # fmt: skip
@@ -301,6 +316,7 @@ def report(results: Results) -> str:
         "",
         markdown_table(["method", "expected order", "observed", "95 % CI", "gaps"], rows),
         "",
+        wide_ci_note(x.ci for x in results.ladders),
         "Cost of one gradient (float32, Lie–Trotter, one step per layer, batch "
         f"{results.config.cost_batch}, n = {results.config.cost_n}, d = {results.config.cost_d}; "
         "peak temporary memory from XLA's compiled memory analysis; median wall time):",

@@ -108,7 +108,8 @@ def _split_run_args(tokens: Sequence[str]) -> tuple[list[str], list[tuple[str, s
 
     Done by hand rather than with `parse_known_args` so that a value such as `-1` or `-0.5` is
     always taken as the value of the field before it, and overrides may come before or after the
-    study name.
+    study name. `--no-FIELD`, and `--FIELD` followed by another `--` option or nothing, carry no
+    value: the switches of `bool` fields (`--no-x64`, `--x64 --smoke`).
     """
     known: list[str] = []
     overrides: list[tuple[str, str | None]] = []
@@ -125,6 +126,11 @@ def _split_run_args(tokens: Sequence[str]) -> tuple[list[str], list[tuple[str, s
             name, has_equals, value = token[2:].partition("=")
             if has_equals:
                 overrides.append((name, value))
+                i += 1
+            elif name.startswith(("no-", "no_")) or (
+                i + 1 < len(tokens) and tokens[i + 1].startswith("--")
+            ):
+                overrides.append((name, None))  # a switch: --no-x64, or --x64 --smoke
                 i += 1
             elif i + 1 < len(tokens):
                 overrides.append((name, tokens[i + 1]))
@@ -160,7 +166,8 @@ def _cmd_run(argv: list[str]) -> int:
     try:
         module = studies.get_study(args.study)
     except ValueError as e:
-        return _usage_error(parser, str(e))
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)  # one line: it names the choices
+        return _EXIT_USAGE
     try:
         check_study(module, args.study)
         base = default_config(module, smoke=args.smoke)
@@ -205,7 +212,10 @@ def _print_study_help(module: ModuleType) -> None:
     print(f"usage: {_PROG} run {module.NAME} [--smoke] [--out DIR] [--FIELD VALUE ...]\n")
     print(f"{module.NAME}: {module.SUMMARY}\n")
     print(study_question(module) + "\n")
-    print("fields (defaults are the full-size study; --smoke starts from the smoke values):")
+    print(
+        "fields (--FIELD VALUE or --FIELD=VALUE; '-' may replace '_'; tuples as a,b,c; defaults are"
+    )
+    print("the full-size study, --smoke starts from the smoke values):")
     print(describe_fields(module.Config, module.smoke_config()))
 
 
@@ -218,12 +228,16 @@ def _cmd_tour(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog=f"{_PROG} tour",
         description=(
-            "Run every registered study (smoke sizes unless --full) into DIR/<study>/ and "
-            "write DIR/report.md combining their reports."
+            "Run the tour's studies (the headline study of each theme; --all: every registered "
+            "study), at smoke sizes unless --full, into DIR/<study>/, and write DIR/report.md and "
+            "a self-contained DIR/report.html combining their reports."
         ),
     )
     parser.add_argument("--out", metavar="DIR", help="default: runs/tour-<timestamp>")
     parser.add_argument("--full", action="store_true", help="full-size configs (slow)")
+    parser.add_argument(
+        "--all", action="store_true", help="every registered study, not only the tour's"
+    )
     parser.add_argument(
         "--jobs",
         type=int,
@@ -237,9 +251,15 @@ def _cmd_tour(argv: list[str]) -> int:
         return _exit_code(e)
     if args.jobs < 1:
         return _usage_error(parser, f"--jobs {args.jobs}: give a whole number >= 1.")
+    import studies
+
     from ._harness import run_tour
 
-    return run_tour(args.out, full=args.full, jobs=args.jobs)
+    names = None if args.all else [name for name in studies.TOUR if name in studies.STUDIES]
+    expected = None if args.full else studies.SMOKE_SECONDS
+    return run_tour(
+        args.out, full=args.full, jobs=args.jobs, names=names, expected_seconds=expected
+    )
 
 
 def _default_jobs() -> int:
@@ -263,7 +283,9 @@ def _top_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{list,run,tour}")
     sub.add_parser("list", help="name the studies, one line each")
     sub.add_parser("run", help="run one study: run <study> [--smoke] [--out DIR] [--FIELD VALUE]")
-    sub.add_parser("tour", help="run every study (smoke sizes) and combine their reports")
+    sub.add_parser(
+        "tour", help="run the headline studies (--all: every study) and combine their reports"
+    )
     return parser
 
 

@@ -30,7 +30,7 @@ from studies._config import (
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "cluster-histograms"
-SUMMARY = "Fig. 1 for the particle model: histograms of ⟨x_i, x_j⟩ over time (SA, several β, d)."
+SUMMARY = "Paper B's Fig. 1 for the particle model: histograms of ⟨x_i, x_j⟩ over time (SA, several β, d)."
 
 COLLAPSED = 0.99
 """A (β, d) case has piled up at 1 when this fraction of its pairs (mean over starts) is near 1."""
@@ -41,11 +41,15 @@ class Config:
     n: int = 64
     """Number of particles."""
     betas: tuple[float, ...] = (1.0, 4.0, 9.0)
+    """Inverse temperatures β of the SA dynamics, one run per value."""
     dims: tuple[int, ...] = (2, 8, 32, 128)
+    """Dimensions d of the sphere S^{d−1} the particles live on, one run per value."""
     num_starts: int = 8
     """Uniform random starts per (β, d); the histograms pool them (the same starts for every β)."""
     t1: float = 30.0
+    """Final time of the flow (time t plays the role of depth); a multiple of `save_every`."""
     dt: float = 0.1
+    """Integration time step Δt of the particle flow."""
     save_every: float = 0.5
     """Histogram spacing in time; a multiple of `dt`."""
     integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
@@ -59,6 +63,7 @@ class Config:
     histogram_beta: float = 4.0
     """The β of the Fig. 1 style grid (must be one of `betas`)."""
     seed: int = 0
+    """Seeds the uniform random starts."""
 
     def __post_init__(self):
         check_range(self, "n", 2)

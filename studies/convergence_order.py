@@ -41,7 +41,7 @@ from studies._config import (
     check_positive,
     check_range,
 )
-from studies._report import markdown_table, new_figure, progress
+from studies._report import ci_cell, markdown_table, new_figure, progress, wide_ci_note
 
 NAME = "convergence-order"
 SUMMARY = "Observed orders of splitting schemes and diffrax solvers (GELU vs ReLU); work-precision."
@@ -70,12 +70,19 @@ ACTIVATIONS = ("gelu", "relu")
 @dataclasses.dataclass(frozen=True)
 class Config:
     d: int = 64
+    """Model width d."""
     n: int = 32
+    """Tokens n of the random input state."""
     num_layers: int = 6
+    """Encoder layers (the equation's time span)."""
     num_heads: int = 4
+    """Attention heads per layer; must divide d."""
     dim_feedforward: int = 128
+    """Hidden width of the feed-forward block."""
     weights: tuple[str, ...] = WEIGHTS
+    """Weight sets: `random`, and/or `recovered` (PyTorch's initialization; needs torch)."""
     equations: tuple[str, ...] = EQUATIONS
+    """Equations to solve: `pre-norm`, and/or `post-norm` (the projected ODE)."""
     methods: tuple[str, ...] = (
         *("euler", "heun", "midpoint", "ralston", "bosh3", "rk4", "tsit5", "dopri5", "dopri8"),
         *("lie", "strang", "yoshida4"),
@@ -90,6 +97,7 @@ class Config:
     relu_reference_tolerance: float = 1e-12
     """rtol = atol of the adaptive Dopri8 reference of the ReLU model."""
     reference_steps_per_layer: int = 256
+    """Steps per layer of the fixed-step Dopri8 reference (Richardson-checked at half as many)."""
     order_tolerance: float = 0.3
     """A fitted order within this of the declared one reaches it."""
     target_error: float = 1e-8
@@ -99,6 +107,7 @@ class Config:
     tol: float = 0.3
     """Local orders within `tol` of each other form the asymptotic window (`fit_order`)."""
     seed: int = 0
+    """Seeds the random input state and weights."""
 
     def __post_init__(self):
         check_positive(self, "d", "n", "num_layers", "num_heads", "dim_feedforward", "repeats")
@@ -449,7 +458,7 @@ def report(results: Results) -> str:
     table = [
         (
             r.weights, r.equation, r.method, r.declared, _order_text(r.order, r.order_reduction),
-            "—" if r.ci is None else f"[{r.ci[0]:.2f}, {r.ci[1]:.2f}]",
+            "—" if r.ci is None else ci_cell(*r.ci),
             f"{r.points_in_fit}/{len(r.ladder['errors'])}",
             f"{min(r.ladder['errors']):.1e} – {max(r.ladder['errors']):.1e}",
             None if r.ladder["richardson"] is None else f"{r.ladder['richardson']:.3f}",
@@ -465,6 +474,8 @@ def report(results: Results) -> str:
         markdown_table(headers.split("|"), table),
         "",
     ]
+    if note := wide_ci_note(r.ci for r in results.rows):
+        out += [note, ""]
     for r in results.rows:
         if r.declared > JUDGED_MAX_ORDER and r.order is not None:
             out.append(f"{r.method} ({r.weights}, {r.equation}): {r.order:.2f} before the floor.")

@@ -54,27 +54,41 @@ VARIANTS = ("without", "with")
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    """Seeds the split, the initialization and the batch order."""
     epochs: int = 30
     """Epochs of the first stage (N steps)."""
     continue_epochs: int = 5
     """Epochs of each continuation (2N, then 4N steps)."""
     batch_size: int = 64
+    """Training images per step (at most the 1347 of the training split)."""
     d: int = 32
+    """Model width d."""
     num_heads: int = 2
+    """Attention heads per layer; must divide d."""
     num_layers: int = 4
     """N: layers (pieces of the controls) of the first stage."""
     hidden: int = 64
+    """Feed-forward width."""
     activation: str = "gelu"
+    """Feed-forward activation: gelu or relu."""
     patch: int = 2
+    """Patch size and stride of the embedding (1, 2, 4 or 8)."""
     scheme: str = "lie"
+    """Splitting scheme solving the equation: lie, strang, yoshida4 or suzuki4."""
     steps_per_layer: int = 1
     """Steps per piece in training (every stage)."""
     controls: str = "interpolated"
+    """Controls in depth: interpolated (piecewise linear) or piecewise (constant per layer)."""
     learning_rate: float = 3e-3
+    """Peak AdamW learning rate of the first stage (warm-up, then cosine decay)."""
     continue_learning_rate: float = 1e-3
+    """Peak AdamW learning rate of each continuation (2N, then 4N steps)."""
     weight_decay: float = 0.05
+    """AdamW's decoupled weight decay, every stage."""
     warmup: int = 50
+    """Warm-up steps of the first stage (each continuation uses a fifth, at least 1)."""
     clip: float = 1.0
+    """Largest global gradient norm; larger gradients are scaled down to it."""
     smoothness: float = 1e-3
     """λ_s of the variant with the smoothness cost."""
     ladder: tuple[int, ...] = (1, 2, 4, 8)
@@ -84,6 +98,7 @@ class Config:
     max_change: float = 1.0
     """Accuracy points the network trained at N may lose or gain at 4N."""
     checkpoint_every: int = 200
+    """Steps between training checkpoints in the run folder (resume after a kill)."""
 
     def __post_init__(self):
         T.check_model_fields(self)

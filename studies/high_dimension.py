@@ -40,7 +40,9 @@ from studies._config import (
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "high-dimension"
-SUMMARY = "Thm 6.3/6.9: random-start Gram entries vs γ_β(t) as d grows; collapse rate vs bound."
+SUMMARY = (
+    "Paper B's Thm 6.3/6.9: random-start Gram entries vs γ_β(t) as d grows; collapse rate vs bound."
+)
 
 ERROR_SHARE = 0.01
 """The integration error (orthogonal start) must stay below this share of every deviation."""
@@ -49,13 +51,17 @@ ERROR_SHARE = 0.01
 @dataclasses.dataclass(frozen=True)
 class Config:
     n: int = 32
+    """Number of particles n, fixed while d grows."""
     dims: tuple[int, ...] = (32, 128, 512, 2048)
     """At least two distinct dimensions (the exponent in d is fitted over them)."""
     betas: tuple[float, ...] = (1.0, 4.0)
+    """Inverse temperatures β of the SA dynamics, one run per value."""
     num_starts: int = 16
     """Uniform random starts per (β, d)."""
     t1: float = 30.0
+    """Final time of the flow; deviations from γ_β(t) are measured over [0, t1]."""
     dt: float = 0.05
+    """Integration time step Δt of the particle flow."""
     save_every: float = 0.25
     """Spacing of the times at which the Gram matrix is compared with γ_β (a multiple of dt)."""
     integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
@@ -65,6 +71,7 @@ class Config:
     exponent_tol: float = 0.15
     """The verdict accepts fitted exponents in d within this distance of −1/2."""
     seed: int = 0
+    """Seeds the uniform random starts."""
 
     def __post_init__(self):
         check_range(self, "n", 2)

@@ -34,7 +34,9 @@ from studies._config import (
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "metastability"
-SUMMARY = "Fig. 4: cluster count over log t in d = 2 (β = 4, 9); plateau lengths against β."
+SUMMARY = (
+    "Paper B's Fig. 4: cluster count over log t in d = 2 (β = 4, 9); plateau lengths against β."
+)
 
 CHECK_DT = 0.1
 """The step of the cross-check with the authors' projected Euler."""
@@ -43,14 +45,19 @@ CHECK_DT = 0.1
 @dataclasses.dataclass(frozen=True)
 class Config:
     n: int = 32
+    """Number of particles."""
     d: int = 2
+    """Dimension d of the sphere S^{d−1} (2: the circle of Fig. 4)."""
     betas: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)
+    """Inverse temperatures β of the SA dynamics, one run per value."""
     featured_betas: tuple[float, ...] = (4.0, 9.0)
     """The β of Fig. 4, plotted in detail and cross-checked with the authors' integrator."""
     num_starts: int = 8
     """Uniform random starts (seeds) per β; the same starts for every β."""
     t1: float = 1e5
+    """Final time of the flow; a multiple of `dt`."""
     dt: float = 0.5
+    """Integration time step Δt of the main run."""
     integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
     """A sphere integrator of `wb.particles.INTEGRATORS`."""
     num_saves: int = 400
@@ -67,6 +74,7 @@ class Config:
     min_agreement: float = 0.9
     """The verdict needs the cross-check's count series to agree at this share of saved times."""
     seed: int = 0
+    """Seeds the uniform random starts."""
 
     def __post_init__(self):
         check_range(self, "n", 2)
@@ -442,10 +450,12 @@ def _plot_counts(results: Results):
     for ax, beta in zip(axes, c.featured_betas):
         b = c.betas.index(beta)
         for s in range(c.num_starts):
-            ax.step(t, results.counts[b, s], where="post", color=f"C{s % 10}", lw=1.2, alpha=0.8)
+            label = f"components, one line per start ({c.num_starts})" if s == 0 else None
+            ax.step(
+                t, results.counts[b, s], where="post", color="C0", lw=1.2, alpha=0.45, label=label
+            )
         rank = dict(where="post", color="k", ls=":", lw=1.0, label="rank count, start 0")
         ax.step(t, results.counts_rank[b, 0], **rank)
-        ax.plot([], [], color="C0", label="components, one line per start")
         ax.set(xscale="log", yscale="log", xlabel="time t", title=f"β = {beta:g}")
         ticks = [k for k in (1, 2, 3, 4, 6, 8, 16, 32, 64, 128) if k <= c.n]
         ax.set_yticks(ticks, [str(k) for k in ticks])

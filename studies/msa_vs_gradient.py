@@ -44,26 +44,39 @@ SUMMARY = "Extended MSA (Pontryagin) vs Adam on digits: objective per iteration 
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    """Seeds the split, the initialization and the batch order, the same for every method."""
     steps: int = 600
     """Iterations of every method."""
     batch_size: int = 64
+    """Training images per iteration (at most the 1347 of the training split)."""
     d: int = 32
+    """Model width d."""
     num_heads: int = 2
+    """Attention heads per layer; must divide d."""
     num_layers: int = 4
+    """Layers of the equation (one control per layer)."""
     hidden: int = 64
+    """Feed-forward width."""
     activation: str = "gelu"
+    """Feed-forward activation: gelu or relu."""
     patch: int = 2
     """Patch size and stride of the embedding (8 must be a multiple)."""
     scheme: str = "lie"
+    """Splitting scheme solving the equation: lie, strang, yoshida4 or suzuki4."""
     steps_per_layer: int = 1
+    """Steps of the scheme per layer."""
     learning_rate: float = 3e-3
     """Adam's peak learning rate."""
     warmup: int = 20
+    """Adam's warm-up steps (linear from 0, then cosine decay)."""
     clip: float = 1.0
+    """Adam's largest global gradient norm; larger gradients are scaled down to it."""
     msa_rho: float = 0.01
     """The extended MSA's penalty weight ρ (> 0)."""
     msa_inner_steps: int = 5
+    """Adam steps on each layer's Hamiltonian per MSA iteration (both MSA variants)."""
     msa_inner_learning_rate: float = 1e-3
+    """Learning rate of those inner Adam steps."""
     msa_outer_learning_rate: float = 0.1
     """Gradient step of the embedding and head under MSA."""
     include_basic: bool = True
@@ -73,6 +86,7 @@ class Config:
     tolerance: float = 0.10
     """Extended MSA's objective may exceed Adam's by this fraction at equal wall time."""
     checkpoint_every: int = 200
+    """Iterations between training checkpoints in the run folder (resume after a kill)."""
 
     def __post_init__(self):
         T.check_model_fields(self)

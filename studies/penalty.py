@@ -52,10 +52,15 @@ LABELS = {**SOLVERS, EXPLICIT: "Tsit5 (explicit)"}
 @dataclasses.dataclass(frozen=True)
 class Config:
     d: int = 8
+    """Model width d."""
     n: int = 4
+    """Tokens n of the random input state."""
     num_layers: int = 1
+    """Encoder layers (the equation's time span)."""
     num_heads: int = 2
+    """Attention heads per layer; must divide d."""
     dim_feedforward: int = 8
+    """Hidden width of the feed-forward block."""
     epsilons: tuple[float, ...] = (1e-1, 1e-2, 1e-3, 1e-4)
     """The ε ladder: distance to the projected solution at each (slope 1 expected)."""
     ladder_accuracy: float = 1e-9
@@ -78,6 +83,7 @@ class Config:
     min_step_ratio: float = 10.0
     """The verdict: Tsit5 takes at least this many times the steps of each implicit/IMEX solver."""
     seed: int = 0
+    """Seeds the random weights and input state."""
 
     def __post_init__(self):
         check_positive(self, "d", "n", "num_layers", "num_heads", "dim_feedforward", "max_steps")

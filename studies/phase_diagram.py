@@ -47,7 +47,7 @@ from studies._config import (
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "phase-diagram"
-SUMMARY = "Fig. 3/5: fraction of clustered pairs over (t, β) per d, against Γ_∞; random Q, K, V."
+SUMMARY = "Paper B's Fig. 3/5: fraction of clustered pairs over (t, β) per d, against Γ_∞; random Q, K, V."
 
 VARIANTS = ("gaussian", "wigner-psd", "gaussian-v-qtk", "wigner-v-qtk")
 
@@ -65,19 +65,32 @@ class Config:
     ds: tuple[int, ...] = (2, 8, 32, 128, 512, 1024)
     """Dimensions d (the paper's list; each d ≥ n costs the same, see `ReducedForm`)."""
     n: int = 32
+    """Number of particles n."""
     num_betas: int = 90
     """β = beta_max · k / num_betas, k = 1..num_betas."""
     beta_max: float = 9.0
+    """Largest inverse temperature β of the grid (0, beta_max]."""
     t_max: float = 30.0
+    """Final time of the flow; a multiple of `save_every`."""
     save_every: float = 0.5
+    """Spacing of the saved times (the heat map's t grid); a multiple of `dt`."""
     dt: float = 0.1
+    """Integration time step Δt (Euler, then renormalize)."""
     num_starts: int = 1024
+    """Uniform random starts per d (the same starts for every β)."""
     delta: float = 1e-3
+    """A pair is clustered when ⟨x_i, x_j⟩ ≥ 1 − δ; also sets Γ_∞ = {γ_β(t) = 1 − δ}."""
     variants: tuple[str, ...] = VARIANTS
+    """Fig. 5 random Q, K, V variants to run (see the module docstring)."""
     variant_d: int = 128
+    """Dimension d of the Fig. 5 variants."""
     variant_starts: int = 32
     """Starts per β for the Fig. 5 variants (their particle form costs ~15× more per step)."""
     seed: int = 0
+    """Seeds the random starts and the variants' random matrices."""
+    x64: bool = True
+    """Float64, as the paper's runs (`--x64`); false runs the particles in float32 (`--no-x64`:
+    half the memory, the accelerators' fast path; Γ_∞ stays float64)."""
 
     def __post_init__(self):
         check_nonempty(self, "ds")
@@ -158,10 +171,10 @@ class Results:
     variants: list[Diagram]
 
 
-def _matrices(name: str, d: int, key):
+def _matrices(name: str, d: int, key, dtype=jnp.float64):
     """(Q, K, V) of a Fig. 5 variant (see the module docstring); K = None means the identity."""
     kq, kk, kv = jax.random.split(key, 3)
-    normal = lambda k: jax.random.normal(k, (d, d), jnp.float64)
+    normal = lambda k: jax.random.normal(k, (d, d), dtype)
     if name in ("gaussian", "gaussian-v-qtk"):
         q, k = normal(kq) / d**0.25, normal(kk) / d**0.25  # QᵀK: unit-variance entries
         v = normal(kv) / math.sqrt(d) if name == "gaussian" else q.T @ k / math.sqrt(d)
@@ -221,6 +234,8 @@ def compute(config: Config) -> Results:
         t_gamma = np.asarray(
             wb.particles.gamma_infinity(betas, config.delta, config.n, "SA"), np.float64
         )
+    dtype = jnp.float64 if config.x64 else jnp.float32
+    with jax.enable_x64(config.x64):
         key_starts, key_matrices = jax.random.split(jax.random.key(config.seed))
         run = dict(dt=config.dt, save_ts=ts, delta=config.delta)
         summary = dict(betas=betas, ts=ts, t_gamma=t_gamma, t_max=config.t_max)
@@ -228,7 +243,7 @@ def compute(config: Config) -> Results:
         per_d = []
         for i, d in enumerate(progress(config.ds, desc="phase diagram: d")):
             starts = wb.particles.random_starts(
-                jax.random.fold_in(key_starts, i), config.num_starts, config.n, d, jnp.float64
+                jax.random.fold_in(key_starts, i), config.num_starts, config.n, d, dtype
             )
             t0 = time.perf_counter()
             pd = wb.particles.phase_diagram(betas, starts, **run)
@@ -238,13 +253,13 @@ def compute(config: Config) -> Results:
 
         variants = []
         for j, name in enumerate(progress(config.variants, desc="phase diagram: variants")):
-            q, k, v = _matrices(name, config.variant_d, jax.random.fold_in(key_matrices, j))
+            q, k, v = _matrices(name, config.variant_d, jax.random.fold_in(key_matrices, j), dtype)
             starts = wb.particles.random_starts(
                 jax.random.fold_in(key_starts, 1000 + j),
                 config.variant_starts,
                 config.n,
                 config.variant_d,
-                jnp.float64,
+                dtype,
             )
             t0 = time.perf_counter()
             pd = wb.particles.phase_diagram(betas, starts, Q=q, K=k, V=v, **run)
@@ -342,7 +357,7 @@ def report(results: Results) -> str:
     lines = [
         f"SA, n = {c.n}, {c.num_betas} β in (0, {c.beta_max:g}], t ∈ [0, {c.t_max:g}] (saved "
         f"every {c.save_every:g}), {c.num_starts} starts per β (the same for every β), "
-        f"Euler-then-renormalize dt = {c.dt:g}, float64, δ = {c.delta:g}. Distances are in time "
+        f"Euler-then-renormalize dt = {c.dt:g}, {'float64' if c.x64 else 'float32'}, δ = {c.delta:g}. Distances are in time "
         f"units over the β whose Γ_∞ time is ≤ {c.t_max:g}; where the empirical 0.5 level is not "
         f"reached by t = {c.t_max:g} the gap counts as t_max − t_Γ (a lower bound). Front width: "
         "median over the β reaching 0.5 of (t_0.9 − t_0.1)/t½ (inf: 0.9 not reached).",
@@ -410,15 +425,19 @@ def figures(results: Results) -> dict:
     c = results.config
     out = {}
     if results.per_d:
-        out["phase_diagram"] = _heatmaps([(f"d = {r.d}", r) for r in results.per_d], results)
+        out["phase_diagram"] = _heatmaps(
+            [(f"d = {r.d}", r) for r in results.per_d], results, "paper B's Fig. 3"
+        )
     if results.variants:
         out["phase_diagram_random_matrices"] = _heatmaps(
-            [(f"({r.variant}) d = {c.variant_d}", r) for r in results.variants], results
+            [(f"({r.variant}) d = {c.variant_d}", r) for r in results.variants],
+            results,
+            "paper B's Fig. 5 (random Q, K, V)",
         )
     return out
 
 
-def _heatmaps(panels, results: Results):
+def _heatmaps(panels, results: Results, figure: str):
     betas, ts, t_gamma = results.betas, results.ts, results.gamma_infinity_t
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
@@ -451,6 +470,12 @@ def _heatmaps(panels, results: Results):
     for ax in axes[:, 0]:
         ax.set_ylabel("β")
     axes.flat[0].legend(loc="upper left", fontsize=7)
+    c = results.config
+    fig.suptitle(
+        f"{figure}: n = {c.n} particles, {c.num_starts} random starts per β, "
+        f"dt = {c.dt:g}, {len(betas)} values of β",
+        fontsize=10,
+    )
     fig.colorbar(
         image,
         ax=axes,

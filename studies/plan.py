@@ -56,10 +56,15 @@ def stability_method(name: str):
 @dataclasses.dataclass(frozen=True)
 class Config:
     d: int = 64
+    """Model width d."""
     n: int = 32
+    """Tokens n of the random input state."""
     num_layers: int = 6
+    """Encoder layers (the equation's time span T)."""
     num_heads: int = 4
+    """Attention heads per layer; must divide d."""
     dim_feedforward: int = 128
+    """Hidden width of the feed-forward block."""
     equation: str = "pre-norm"
     """`pre-norm` or `post-norm` (the projected ODE)."""
     tolerance: float = 1e-6
@@ -74,9 +79,13 @@ class Config:
     max_steps_per_layer: int = 4096
     """Candidates predicted to need more steps per layer are reported but not run."""
     reference_steps_per_layer: int = 256
+    """Steps per layer of the fixed-step Dopri8 reference (Richardson-checked at half as many)."""
     krylov_dim: int = 40
+    """Krylov subspace dimension of the Arnoldi iteration for the Jacobian spectra."""
     num_eigenvalues: int = 12
+    """Largest-modulus Jacobian eigenvalues computed per layer; at most `krylov_dim`."""
     seed: int = 0
+    """Seeds the random input state and weights."""
 
     def __post_init__(self):
         check_positive(self, "d", "n", "num_layers", "num_heads", "dim_feedforward")

@@ -80,14 +80,19 @@ class Config:
     steps: tuple[int, ...] = (1, 2, 4, 8)
     """Steps per layer of the re-discretization (1 is the network)."""
     reference_steps: int = 32
+    """Lie–Trotter steps per layer of the reference solve; more than the largest of `steps`."""
     bins: int = 40
+    """Equal bins of the inner-product histograms on [−1, 1]."""
     delta: float = 0.1
     """Pairs with inner product ≥ 1 − delta count as clustered."""
     min_increase: float = 0.05
     """Increase of the mean inner product that counts as moving toward 1."""
     num_eigenvalues: int = 6
+    """Largest-modulus Jacobian eigenvalues computed per layer (Arnoldi)."""
     krylov_dim: int = 30
+    """Krylov subspace dimension of the Arnoldi iteration; at least `num_eigenvalues`."""
     num_exponents: int = 4
+    """Finite-time Lyapunov exponents computed per layer map."""
 
     def __post_init__(self):
         check_positive(self, "every", "reference_steps", "bins", "delta", "min_increase",

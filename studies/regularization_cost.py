@@ -56,21 +56,37 @@ def _weights_ok(values) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Config:
     seed: int = 0
+    """Seeds the split, the initialization and the batch order, the same for every model."""
     epochs: int = 20
+    """Passes over the training split, per trained model."""
     batch_size: int = 64
+    """Training images per step (at most the 1347 of the training split)."""
     d: int = 32
+    """Model width d."""
     num_heads: int = 2
+    """Attention heads per layer; must divide d."""
     num_layers: int = 4
+    """Layers of the equation (pieces of its controls)."""
     hidden: int = 64
+    """Feed-forward width."""
     activation: str = "gelu"
+    """Feed-forward activation: gelu or relu."""
     patch: int = 2
+    """Patch size and stride of the embedding (1, 2, 4 or 8)."""
     scheme: str = "lie"
+    """Splitting scheme used in training: lie, strang, yoshida4 or suzuki4."""
     steps_per_layer: int = 1
+    """Steps of the training scheme per layer."""
     controls: str = "interpolated"
+    """Controls in depth: interpolated (piecewise linear) or piecewise (constant per layer)."""
     learning_rate: float = 3e-3
+    """Peak AdamW learning rate (warm-up, then cosine decay)."""
     weight_decay: float = 0.05
+    """AdamW's decoupled weight decay."""
     warmup: int = 50
+    """Steps of linear learning-rate warm-up from 0."""
     clip: float = 1.0
+    """Largest global gradient norm; larger gradients are scaled down to it."""
     kinetic_weights: tuple[float, ...] = (0.0, 1e-3, 1e-2)
     """λ_K values (must include 0)."""
     smoothness_weights: tuple[float, ...] = (0.0, 1e-3)
@@ -82,9 +98,11 @@ class Config:
     ladder: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
     """Steps per layer tried."""
     examples: int = 2
+    """Held-out images of the error ladder (float64); the worst is reported."""
     max_drop: float = 1.0
     """Accuracy points a regularized model may lose and still count as cheaper."""
     checkpoint_every: int = 200
+    """Steps between training checkpoints in the run folder (resume after a kill)."""
 
     def __post_init__(self):
         T.check_model_fields(self)

@@ -32,7 +32,7 @@ from studies._config import check, check_nonempty, check_positive, steps_in
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "repulsion"
-SUMMARY = "V = −I: the repulsive flow's final energies vs an optimizer and the known optima."
+SUMMARY = "Paper B's repulsive case V = −I: the flow's final energies vs an optimizer and the known optima."
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,9 @@ class Config:
     dims: tuple[int, ...] = (2, 3)
     """Ambient dimensions d (points on S^{d−1})."""
     ns: tuple[int, ...] = (3, 4, 5, 6, 7, 8)
+    """Numbers of particles n, one case per (n, d, β)."""
     betas: tuple[float, ...] = (0.5, 1.0, 4.0)
+    """Inverse temperatures β of the energy E_β and the flow, one case per value."""
     num_starts: int = 32
     """Uniform random starts of the flow per (n, d, β)."""
     optimizer_starts: int = 32
@@ -50,6 +52,7 @@ class Config:
     chunk_time: float = 25.0
     """The flow runs in chunks of this length; convergence is checked after each."""
     max_time: float = 20000.0
+    """The flow stops at this time if it has not converged by then."""
     speed_tol: float = 1e-10
     """Converged when max_i ‖ẋ_i‖ < speed_tol for every start."""
     same_tol: float = 1e-9
@@ -57,6 +60,7 @@ class Config:
     gap_tol: float = 1e-6
     """The verdict's tolerance on the relative gaps between flow, optimizer and known optimum."""
     seed: int = 0
+    """Seeds the random starts of the flow and of the optimizer."""
 
     def __post_init__(self):
         check_nonempty(self, "dims", "ns", "betas")

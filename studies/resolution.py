@@ -29,7 +29,14 @@ import numpy as np
 import workbench as wb
 import workbench.analysis as wba
 from studies._config import check, check_choices, check_nonempty, check_positive, check_range
-from studies._report import markdown_table, new_figure, progress, reduction_note
+from studies._report import (
+    ci_cell,
+    markdown_table,
+    new_figure,
+    progress,
+    reduction_note,
+    wide_ci_note,
+)
 
 NAME = "resolution"
 SUMMARY = "Token- and feature-grid refinement of the continuous Transformer at the rule's order."
@@ -41,21 +48,29 @@ DIRECTIONS = ("features", "tokens")
 @dataclasses.dataclass(frozen=True)
 class Config:
     rules: tuple[str, ...] = ("midpoint", "trapezoid", "gauss")
+    """Quadrature rules refined in each direction (midpoint, trapezoid, gauss)."""
     sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
     """Grid sizes for the order-2 rules (at least 4 distinct, each >= 2)."""
     gauss_sizes: tuple[int, ...] = (3, 4, 6, 8, 10, 12, 16, 20, 24, 32)
+    """Node counts for the Gauss–Legendre rule (at least 4 distinct, each >= 2)."""
     fixed_size: int = 24
     """Gauss nodes in the variable that is held fixed."""
     reference_size: int = 64
     """Gauss nodes of the reference in the refined variable (more than the largest Gauss size)."""
     num_layers: int = 3
+    """Pre-norm layers of the continuous model, one Euler step each."""
     tau: float = 1.0
+    """Euler step τ per layer (T = τ · num_layers)."""
     rank: int = 3
+    """Rank of the random separable kernels W(ξ, y) and of the input f(x, y)."""
     max_frequency: float = 3.0
     """Kernel frequencies are drawn from [1, max_frequency]."""
     activation: Literal["gelu", "tanh", "relu"] = "gelu"
+    """Pointwise activation of the feed-forward part (smooth for the convergence study)."""
     norm: bool = True
+    """Apply the layer-norm projections (off: the uniform-grid equivalence check is skipped)."""
     probes: tuple[float, ...] = (0.13, 0.5, 0.91)
+    """Probe coordinates in [0, 1]; the error is measured at every pair (x_p, y_q) of them."""
     relu_check: bool = True
     """Repeat the feature refinement with ReLU (same kernels) to show the kink's effect."""
     tolerance: float = 0.3
@@ -65,6 +80,7 @@ class Config:
     equivalence_tolerance: float = 1e-10
     """Acceptance: max |continuous on uniform grids − discrete Transformer|."""
     seed: int = 0
+    """Seeds the random kernels, the input f and the test function ψ."""
 
     def __post_init__(self):
         check_nonempty(self, "rules", "probes")
@@ -318,7 +334,7 @@ def verdict(results: Results) -> str:
 def _ci(fit: wba.OrderFit | None) -> str:
     if fit is None:
         return "no fit"
-    return f"{fit.order:.2f} [{fit.ci_low:.2f}, {fit.ci_high:.2f}]{reduction_note(fit)}"
+    return f"{fit.order:.2f} {ci_cell(fit.ci_low, fit.ci_high)}{reduction_note(fit)}"
 
 
 def report(results: Results) -> str:
@@ -362,7 +378,10 @@ def report(results: Results) -> str:
             table,
         )
     )
+    fits = [f for r in results.rows + results.relu_rows for f in (r.fit, r.functional_fit)]
     lines += [
+        "",
+        wide_ci_note((f.ci_low, f.ci_high) for f in fits if f is not None),
         "",
         f"Acceptance: order-2 rules within ±{config.tolerance:g} (probes and J, no order "
         f"reduction); Gauss at least {config.min_gauss_rate:g} decades per node. ReLU rows "

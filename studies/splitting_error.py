@@ -47,7 +47,14 @@ from studies._config import (
     check_positive,
     check_range,
 )
-from studies._report import markdown_table, new_figure, progress, reduction_note
+from studies._report import (
+    ci_cell,
+    markdown_table,
+    new_figure,
+    progress,
+    reduction_note,
+    wide_ci_note,
+)
 
 NAME = "splitting-error"
 SUMMARY = "Lie/Strang/4th-order/RK splitting error vs τ; Lie error vs the commutator [A, F]."
@@ -72,9 +79,13 @@ def _method(name: str):
 @dataclasses.dataclass(frozen=True)
 class Config:
     d: int = 16
+    """Model width d."""
     num_heads: int = 2
+    """Attention heads per layer; must divide d."""
     num_layers: int = 3
+    """Encoder layers (the equation's time span T, one unit per layer)."""
     dim_feedforward: int = 32
+    """Hidden width of the feed-forward block."""
     n: int = 8
     """Tokens in the input sequence."""
     schemes: tuple[str, ...] = ("lie", "strang", "yoshida4", "unsplit-rk4")
@@ -82,7 +93,9 @@ class Config:
     placements: tuple[str, ...] = PLACEMENTS
     """Must include `pre`."""
     local_taus: tuple[float, ...] = tuple(2.0**-k for k in range(1, 11))
+    """Step sizes τ of the local error: one step from the input on layer 0 (at least 3)."""
     steps_per_layer: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    """Steps per layer of the global error at T, for the order fit (at least 3)."""
     subflow_substeps: int = 8
     """RK4 steps per sub-flow for the "exact sub-flow" rows."""
     reference_substeps: int = 64
@@ -96,6 +109,7 @@ class Config:
     order_tolerance: float = 0.3
     """Accepted |fitted global order − classical order|."""
     seed: int = 0
+    """Seeds the random weights and input state."""
 
     def __post_init__(self):
         check_positive(self, "d", "num_heads", "num_layers", "dim_feedforward", "n")
@@ -357,7 +371,7 @@ def verdict(results: Results) -> str:
 def _ci(fit: wba.OrderFit | None) -> str:
     if fit is None:
         return "no fit"
-    return f"{fit.order:.2f} [{fit.ci_low:.2f}, {fit.ci_high:.2f}]{reduction_note(fit)}"
+    return f"{fit.order:.2f} {ci_cell(fit.ci_low, fit.ci_high)}{reduction_note(fit)}"
 
 
 def report(results: Results) -> str:
@@ -403,6 +417,13 @@ def report(results: Results) -> str:
         "",
         table,
         "",
+        wide_ci_note(
+            (f.ci_low, f.ci_high)
+            for r in results.rows
+            for f in (r.local_fit, r.global_fit)
+            if f is not None
+        ),
+        "",
         "**Lie local error vs the commutator** (pre-norm, exact sub-flows, A = attention first): "
         f"‖[A, F](u)‖ = {com.commutator_norm:.4g}, computed by two JVPs.",
         "",
@@ -447,6 +468,16 @@ def _finish(ax, title: str, ylabel: str, xlabel: str = "step τ", **legend) -> N
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.legend(fontsize=legend.pop("fontsize", 7), **legend)
     ax.grid(True, which="both", alpha=0.3)
+    # Tick the steps themselves (τ = 1/k), not the log axis's crowded minor labels.
+    taus = sorted({float(x) for line in ax.get_lines() for x in line.get_xdata() if x > 0})
+    if 1 < len(taus) <= 8:
+        ax.set_xticks(taus, [_tau_label(t) for t in taus])
+        ax.set_xticks([], minor=True)
+
+
+def _tau_label(tau: float) -> str:
+    k = round(1 / tau)
+    return f"1/{k}" if abs(k * tau - 1) < 1e-9 else f"{tau:.2g}"
 
 
 def figures(results: Results) -> dict:
@@ -475,13 +506,14 @@ def figures(results: Results) -> dict:
     _finish(ax, title, "global error ‖u_τ(T) − u(T)‖", "step τ (1 / steps per layer)")
     out = {"splitting_local_error": fig_local, "splitting_global_error": fig_global}
     if len(results.config.placements) > 1:
-        fig, axes = new_figure(1, 2, figsize=(11, 4.2))
+        fig, axes = new_figure(1, 2, figsize=(11, 5.6))
         for r in results.rows:
             if r.subflows != "network":
                 for ax, local in zip(axes, (True, False)):
                     _curve(ax, r, local, dotted=r.placement == "post", prefix=f"{r.placement}: ")
         for ax, what in zip(axes, ("Local", "Global")):
             title = f"{what} error: pre-norm (solid) vs post-norm (dotted)"
-            _finish(ax, title, f"{what.lower()} error", fontsize=6, ncol=2)
+            _finish(ax, title, f"{what.lower()} error", fontsize=6, ncol=2, loc="upper center",
+                    bbox_to_anchor=(0.5, -0.16))  # fmt: skip
         out["splitting_placement"] = fig
     return out

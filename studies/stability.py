@@ -47,6 +47,7 @@ SPLIT_CASE = "split (non-commuting)"
 @dataclasses.dataclass(frozen=True)
 class Config:
     methods: tuple[str, ...] = UNSPLIT
+    """Unsplit Runge–Kutta methods checked on the linear fields and the model's linearization."""
     splittings: tuple[str, ...] = SPLITTINGS
     """Splitting schemes checked on two non-commuting linear operators."""
     linear_dim: int = 12
@@ -65,17 +66,27 @@ class Config:
     model_tolerance: float = 0.05
     """Acceptance: the same on the model's linearization."""
     d: int = 16
+    """Model width d of the random pre-norm encoder."""
     heads: int = 4
+    """Attention heads per layer; must divide d."""
     layers: int = 4
+    """Encoder layers."""
     dff: int = 32
+    """Hidden width of the feed-forward block."""
     n: int = 8
+    """Tokens n of the input state (also the length of the Lipschitz inputs at each β)."""
     model_steps: int = 2000
     """Steps per growth trial on the model's linearization."""
     krylov_dim: int = 64
+    """Krylov subspace dimension of the Arnoldi check of the dense Jacobian spectra."""
     betas: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+    """Attention scales β at which attention's Lipschitz constant is estimated (n tokens)."""
     seq_lens: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+    """Sequence lengths n at which attention's Lipschitz constant is estimated (the model's β)."""
     lipschitz_samples: int = 8
+    """Layer-normed random inputs per Lipschitz estimate; the max over them is reported."""
     seed: int = 0
+    """Seeds the linear test fields, the random weights and the inputs."""
 
     def __post_init__(self):
         check_choices(self, "methods", UNSPLIT)

@@ -48,25 +48,37 @@ ORDER_TOL = 0.3
 @dataclasses.dataclass(frozen=True)
 class Config:
     n: int = 32
+    """Number of particles n."""
     d: int = 32
     """Dimension (any d ≥ n costs the same: the reduced form runs in n coordinates)."""
     betas: tuple[float, ...] = tuple(0.5 * k for k in range(1, 19))
+    """Inverse temperatures β of the phase-diagram grid."""
     num_starts: int = 128
+    """Uniform random starts of the diagram, the same for every β, integrator and dt."""
     t_max: float = 30.0
+    """Final time of the flow; a multiple of `save_every` and of every step."""
     save_every: float = 0.5
+    """Spacing of the saved times (the diagram's t grid)."""
     dts: tuple[float, ...] = (0.1, 0.05, 0.025, 0.0125, 0.00625)
+    """Steps Δt compared with the reference, for each integrator; must include the authors' 0.1."""
     reference_dt: float = 0.0015625
+    """Step Δt of the RK4 reference run; smaller than every step in `dts`."""
     integrators: tuple[str, ...] = ("euler", "rk4")
     """Names in `wb.particles.INTEGRATORS`; must include "euler" (the authors')."""
     delta: float = 1e-3
+    """A pair is clustered when ⟨x_i, x_j⟩ ≥ 1 − δ."""
     point_betas: tuple[float, ...] = (1.0, 3.0, 5.0, 9.0)
+    """β of the (β, t) points reported individually, paired with `point_ts`; each one of `betas`."""
     point_ts: tuple[float, ...] = (6.0, 8.0, 15.0, 30.0)
     """(β, t) points reported individually, paired with `point_betas`."""
     order_betas: tuple[float, ...] = (1.0, 4.0, 9.0)
+    """β at which the Gram-matrix error of the particles is measured."""
     order_starts: int = 8
+    """Random starts of the Gram-matrix error measurement (drawn apart from the diagram's)."""
     order_ts: tuple[float, ...] = (2.0, 30.0)
     """Times at which the Gram-matrix error is measured (the order fit uses the first)."""
     seed: int = 0
+    """Seeds the random starts."""
 
     def __post_init__(self):
         check_range(self, "n", 2)

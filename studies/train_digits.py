@@ -46,13 +46,19 @@ class Config:
     seed: int = 0
     """Seeds the split, the initialization, the batch order and the augmentation."""
     epochs: int = 40
+    """Passes over the training split."""
     batch_size: int = 64
+    """Training images per step (at most the 1347 of the training split)."""
     d: int = 64
+    """Model width d (token dimension)."""
     num_heads: int = 4
+    """Attention heads per layer; must divide d."""
     num_layers: int = 4
+    """Layers of the equation (pieces of its controls)."""
     hidden: int = 128
     """Feed-forward width."""
     activation: str = "gelu"
+    """Feed-forward activation: gelu or relu (gelu with the vit embedding)."""
     embedding: str = "conv"
     """"conv": overlapping `kernel_size` patches, stride 1 (one token per pixel); "vit": Hugging
     Face ViT's non-overlapping `patch_size` patches (`wbc.random_vit`), exported after training as
@@ -62,14 +68,21 @@ class Config:
     patch_size: int = 2
     """Patch size of the "vit" embedding (divides 8: 1, 2, 4 or 8)."""
     scheme: str = "lie"
+    """Splitting scheme solving the equation: lie, strang, yoshida4 or suzuki4."""
     steps_per_layer: int = 1
+    """Steps of the scheme per layer."""
     plan: str | None = None
     """A plan.json from `workbench run plan` (its scheme and steps replace the two above)."""
     optimizer: str = "adamw"
+    """adamw, adam or sgd, each with warm-up, cosine decay and clipping (unused with msa)."""
     learning_rate: float = 3e-3
+    """Peak learning rate, reached after the warm-up and cosine-decayed to 1 % of it."""
     weight_decay: float = 0.05
+    """Decoupled weight decay (the adamw optimizer only)."""
     warmup: int = 100
+    """Steps of linear learning-rate warm-up from 0."""
     clip: float = 1.0
+    """Largest global gradient norm; larger gradients are scaled down to it."""
     shift: int = 1
     """Random shifts of up to this many pixels (0: no augmentation)."""
     kinetic: float = 0.0
@@ -79,11 +92,15 @@ class Config:
     smoothness: float = 0.0
     """λ_s of ∫‖θ'‖² dt."""
     gradient: str = "dto"
+    """Gradient: dto (exact, through the scheme), otd (continuous adjoint) or msa (Pontryagin)."""
     checkpointing: str = "none"
+    """What dto's backward pass stores: none (everything), every-step or binomial."""
     checkpoint_every: int = 100
+    """Steps between training checkpoints in the run folder (resume after a kill)."""
     certificate_examples: int = 2
     """Held-out images the certificate solves in float64 (0: no certificate)."""
     target_accuracy: float = 0.98
+    """Held-out accuracy the verdict requires (a fraction)."""
 
     def __post_init__(self):
         T.check_training_fields(self)

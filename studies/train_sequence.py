@@ -46,28 +46,43 @@ class Config:
     seed: int = 0
     """Seeds the data, the initialization and the batch order."""
     steps: int = 1000
+    """Training steps."""
     batch_size: int = 64
+    """Training sequences per step (at most num_train)."""
     length: int = 8
     """Symbols to sort (the input has 2 · length tokens)."""
     vocab: int = 16
     """Symbols are drawn from [0, vocab); the separator is one more token."""
     num_train: int = 4096
+    """Training sequences (distinct from the held-out ones)."""
     num_test: int = 1024
+    """Held-out sequences."""
     d: int = 64
+    """Model width d (token dimension)."""
     num_heads: int = 4
+    """Attention heads per layer; must divide d."""
     num_layers: int = 2
+    """Layers of the equation (pieces of its controls)."""
     hidden: int = 128
     """Feed-forward width."""
     activation: str = "gelu"
+    """Feed-forward activation: gelu or relu."""
     scheme: str = "lie"
+    """Splitting scheme solving the equation: lie, strang, yoshida4 or suzuki4."""
     steps_per_layer: int = 1
+    """Steps of the scheme per layer."""
     plan: str | None = None
     """A plan.json from `workbench run plan` (its scheme and steps replace the two above)."""
     optimizer: str = "adamw"
+    """adamw, adam or sgd, each with warm-up, cosine decay and clipping (unused with msa)."""
     learning_rate: float = 3e-3
+    """Peak learning rate, reached after the warm-up and cosine-decayed to 1 % of it."""
     weight_decay: float = 0.05
+    """Decoupled weight decay (the adamw optimizer only)."""
     warmup: int = 100
+    """Steps of linear learning-rate warm-up from 0."""
     clip: float = 1.0
+    """Largest global gradient norm; larger gradients are scaled down to it."""
     kinetic: float = 0.0
     """λ_K of the kinetic cost ∫ (1/n)‖u_t‖² dt."""
     control_norm: float = 0.0
@@ -75,11 +90,15 @@ class Config:
     smoothness: float = 0.0
     """λ_s of ∫‖θ'‖² dt."""
     gradient: str = "dto"
+    """Gradient: dto (exact, through the scheme), otd (continuous adjoint) or msa (Pontryagin)."""
     checkpointing: str = "none"
+    """What dto's backward pass stores: none (everything), every-step or binomial."""
     checkpoint_every: int = 100
+    """Steps between training checkpoints in the run folder (resume after a kill)."""
     certificate_examples: int = 2
     """Held-out sequences the certificate solves in float64 (0: no certificate)."""
     target_accuracy: float = 0.99
+    """Held-out token accuracy the verdict requires (a fraction)."""
 
     def __post_init__(self):
         T.check_training_fields(self)

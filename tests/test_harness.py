@@ -1,6 +1,7 @@
 """Tests of the study harness: atomic IO, JSON conversion, overrides, config checks, registry,
 run, tour and report helpers. Every test checks values, not only that code runs."""
 
+import base64
 import dataclasses
 import io
 import json
@@ -121,6 +122,7 @@ def fake_registry(monkeypatch):
     monkeypatch.setitem(sys.modules, SQUARES_MODULE, squares)
     monkeypatch.setitem(sys.modules, BROKEN_MODULE, broken)
     monkeypatch.setattr(studies, "STUDIES", {"squares": SQUARES_MODULE, "broken": BROKEN_MODULE})
+    monkeypatch.setattr(studies, "TOUR", ("squares", "broken"))
     return squares, broken
 
 
@@ -376,6 +378,25 @@ def test_bad_value_error_names_field_value_and_type(field, text, expected):
     assert message.startswith(f"field {field!r}: cannot read {text!r} as {expected}")
 
 
+def test_bool_fields_are_switches():
+    assert parse_overrides(_AllTypes, [("plot", None)]) == {"plot": True}
+    assert parse_overrides(_AllTypes, [("no-plot", None)]) == {"plot": False}
+    with pytest.raises(OverrideError, match=r"--no-plot takes no value \(given 'true'\)"):
+        parse_overrides(_AllTypes, [("no-plot", "true")])
+    # Only bool fields have a --no- form.
+    with pytest.raises(OverrideError, match=r"unknown field 'no-steps'.*valid fields: steps"):
+        parse_overrides(_AllTypes, [("no-steps", None)])
+    with pytest.raises(OverrideError, match=r"--no-x64: study 'demo' has no precision switch"):
+        parse_overrides(_AllTypes, [("no-x64", None)], study="demo")
+    # The command line: a switch followed by another option, or by nothing, has no value.
+    split = cli._split_run_args
+    assert split(["demo", "--no-x64", "--smoke"]) == (["demo", "--smoke"], [("no-x64", None)])
+    assert split(["demo", "--x64", "--smoke"]) == (["demo", "--smoke"], [("x64", None)])
+    assert split(["demo", "--x64"]) == (["demo"], [("x64", None)])
+    assert split(["demo", "--x64", "false"]) == (["demo"], [("x64", "false")])
+    assert split(["demo", "--n", "-1"]) == (["demo"], [("n", "-1")])
+
+
 def test_override_structural_errors():
     with pytest.raises(OverrideError, match=r"'steps' is given twice \('1' and '2'\)"):
         parse_overrides(_AllTypes, [("steps", "1"), ("steps", "2")])
@@ -474,7 +495,8 @@ def test_run_study_writes_config_results_figures_and_report(tmp_path, fake_regis
         "weights": [0.5, 2.0],
     }
     assert (out / "report.md").read_text() == (
-        "**Verdict.** Yes. 4900 vs 4900.\n\n# Squares\n\nThe sum of squares 1..24 is 4900.\n"
+        "**Verdict.** Yes. 4900 vs 4900.\n\n# Squares\n\nThe sum of squares 1..24 is 4900."
+        "\n\n## Figures\n\n![squares](squares.png)\n"
     )
     recorded = json.loads((out / "config.json").read_text())
     assert recorded["study"] == "squares"
@@ -626,6 +648,36 @@ def test_cli_run_unknown_study(fake_registry, capsys):
     assert "unknown study 'nope'; valid studies: squares, broken." in capsys.readouterr().err
 
 
+def test_cli_names_the_closest_study_and_field_in_one_line(fake_registry, capsys):
+    """A misspelt study or field is answered with the closest valid name and the valid list,
+    on one line of stderr, exit code 2, no traceback."""
+    assert cli.main(["run", "squres"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["workbench run: error: unknown study 'squres' (did you mean 'squares'?); "
+                   "valid studies: squares, broken."]  # fmt: skip
+    assert cli.main(["run", "squares", "--weight", "1,2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown field 'weight' (given value '1,2') of study 'squares' " \
+        "(did you mean 'weights'?); valid fields: n, label, weights." in err[0]  # fmt: skip
+
+
+def test_every_study_field_has_a_meaning_in_its_help(capsys):
+    """`workbench run <study> --help` gives every Config field its type, default and meaning
+    (the field's docstring)."""
+    import dataclasses
+
+    import studies
+    from studies._overrides import field_docs
+
+    missing = [f"{name}.{f.name}" for name in studies.STUDIES
+               for f in dataclasses.fields(studies.get_study(name).Config)
+               if f.name not in field_docs(studies.get_study(name).Config)]  # fmt: skip
+    assert not missing, f"Config fields without a docstring: {missing}"
+    assert cli.main(["run", "train-digits", "--help"]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"--epochs int\s+default: 40, smoke: 10\n\s+\S", printed)
+
+
 def test_cli_run_study_help(fake_registry, capsys):
     assert cli.main(["run", "squares", "--help"]) == 0
     printed = capsys.readouterr().out
@@ -662,9 +714,23 @@ def test_tour_records_success_and_failure(tmp_path, fake_registry, capsys):
     assert "RuntimeError: boom 42" in report and "Traceback (most recent call last)" in report
     assert "boom 42" in (out / "broken" / "traceback.txt").read_text()
     assert report.index("## squares") < report.index("## broken")
-    assert re.search(r"\| squares +\| ok +\| Yes\. +\| +\d+\.\d\d \|", report)
-    assert re.search(r"\| broken +\| \*\*FAILED\*\* +\| — +\| +\d+\.\d\d \|", report)
+    # The summary table: verdict answer, its numbers, time; failures with their error.
+    assert re.search(r"\| \[squares\]\(#squares\) +\| Yes +\| 385 vs 385\. +\| +\d+\.\d \|", report)
+    assert re.search(
+        r"\| \[broken\]\(#broken\) +\| \*\*FAILED\*\* +\| RuntimeError: boom 42 +\|", report
+    )
+    assert re.search(r"tour wall time \*\*\d+ s\*\*", report)
+    # The figure is embedded next to its report, in the study's folder and in the tour report.
+    assert "![squares](squares.png)" in (out / "squares" / "report.md").read_text()
+    assert "![squares](squares/squares.png)" in report
+    # report.html: the same content, self-contained (the PNG inlined, nothing loaded from elsewhere).
+    page = (out / "report.html").read_text()
+    assert "<table>" in page and "385 vs 385." in page and "RuntimeError: boom 42" in page
+    png = base64.b64encode((out / "squares" / "squares.png").read_bytes()).decode()
+    assert f'src="data:image/png;base64,{png}"' in page
+    assert "http://" not in page and "https://" not in page
     summary = json.loads((out / "tour.json").read_text())
+    assert summary["wall_time_s"] > 0
     assert summary["mode"] == "smoke"
     assert summary["studies"]["squares"]["ok"] is True
     assert summary["studies"]["squares"]["verdict"] == "Yes. 385 vs 385."
@@ -726,7 +792,13 @@ def test_tour_in_parallel_processes_equals_the_serial_tour(tmp_path, monkeypatch
         (tmp_path / f"{module}.py").write_text(_ON_DISK_STUDY.format(name=f"tri-{k}", n=n))
         registry[f"tri-{k}"] = module
     stream = io.StringIO()
-    assert _harness.run_tour(tmp_path / "par", registry=registry, stream=stream, jobs=2) == 0
+    first = {"tri-2": 5.0, "tri-0": 1.0}  # start order tri-2, tri-0, tri-1; the report keeps names'
+    assert (
+        _harness.run_tour(
+            tmp_path / "par", registry=registry, stream=stream, jobs=2, expected_seconds=first
+        )
+        == 0
+    )
     assert _harness.run_tour(tmp_path / "ser", registry=registry, stream=io.StringIO()) == 0
     for k, n in enumerate((10, 20, 30)):
         par = json.loads((tmp_path / "par" / f"tri-{k}" / "results.json").read_text())
@@ -738,6 +810,31 @@ def test_tour_in_parallel_processes_equals_the_serial_tour(tmp_path, monkeypatch
     assert "3 studies (smoke), 2 at a time" in stream.getvalue()
     with pytest.raises(ValueError, match="jobs=0 must be an integer >= 1"):
         _harness.run_tour(tmp_path / "x", registry=registry, jobs=0)
+
+
+def test_tour_runs_the_tour_names_unless_all(tmp_path, fake_registry, monkeypatch):
+    monkeypatch.setattr(studies, "TOUR", ("squares",))
+    assert cli.main(["tour", "--out", str(tmp_path / "t"), "--jobs", "1"]) == 0
+    assert sorted(p.name for p in (tmp_path / "t").iterdir() if p.is_dir()) == ["squares"]
+    report = (tmp_path / "t" / "report.md").read_text()
+    assert "1 of the 2 registered studies (`workbench tour --all` runs every one)" in report
+    assert cli.main(["tour", "--all", "--out", str(tmp_path / "a"), "--jobs", "1"]) == 1
+    assert sorted(p.name for p in (tmp_path / "a").iterdir() if p.is_dir()) == [
+        "broken",
+        "squares",
+    ]
+    assert "every registered study (2)" in (tmp_path / "a" / "report.md").read_text()
+    with pytest.raises(ValueError, match=r"names=\['sqares'\] are not registered.*squares"):
+        _harness.run_tour(tmp_path / "x", names=["sqares"])
+    assert not (tmp_path / "x" / "sqares").exists()
+
+
+def test_the_real_tour_names_registered_studies():
+    assert studies.TOUR and set(studies.TOUR) <= set(studies.STUDIES)
+    assert len(set(studies.TOUR)) == len(studies.TOUR)
+    # The tour's scheduling hints name registered studies and cover the tour (positive seconds).
+    assert set(studies.TOUR) <= set(studies.SMOKE_SECONDS) <= set(studies.STUDIES)
+    assert all(s > 0 for s in studies.SMOKE_SECONDS.values())
 
 
 def test_tour_all_ok_returns_zero_and_full_uses_default_config(tmp_path, fake_registry):

@@ -252,3 +252,17 @@ def test_steps_cli_rejects_invalid_config_without_run_folder(tmp_path, capsys):
     assert not out.exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "integrators=('foo',)" in err[0]
+
+
+def test_phase_float32_switch_agrees_with_float64_statistically():
+    # --no-x64 runs the particles in float32. The flow is metastable, so single merge times move
+    # with round-off; the averaged statistic must agree within its standard error.
+    c = dataclasses.replace(phase_diagram.smoke_config(), ds=(8,), variants=(), num_starts=32)
+    f64, f32 = (
+        phase_diagram.compute(dataclasses.replace(c, x64=x)).per_d[0] for x in (True, False)
+    )
+    gap = np.abs(f64.fraction - f32.fraction)
+    assert gap.max() <= 3 * f64.max_sem and gap.mean() <= 0.5 * f64.max_sem
+    assert "float32" in phase_diagram.report(
+        phase_diagram.compute(dataclasses.replace(c, x64=False, ds=(2,), num_starts=2))
+    )
