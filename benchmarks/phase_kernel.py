@@ -22,7 +22,7 @@ Timing: the first call of each JAX form after `jax.clear_caches()` (cold: trace 
 warm-up; `rounds` interleaved rounds, one call per implementation per round in a rotating order,
 JAX blocked on; medians (warm); the CPU share other processes took during each call is recorded.
 Reported: the ratios <baseline>/JAX for every baseline and form (headline: the workbench's default
-`reduced` vs the NumPy loop, issue 3's goal ≥ 8, vs batched torch, goal ≥ 3, and vs batched NumPy,
+`reduced` vs the NumPy loop, goal ≥ 8, vs batched torch, goal ≥ 3, and vs batched NumPy,
 no goal; and each against the paper's particle form), JAX cold and warm times, achieved GFLOP/s
 (matrix-product flops of the algorithm actually run) as a fraction of the best measured float64
 matmul peak (2048² `jnp.dot`, `np.matmul`, `torch.mm`, best of 5 each, measured before and after
@@ -61,7 +61,7 @@ from workbench.particles import _sweeps  # noqa: E402
 FORMS = ("reduced", "gram", "particle")
 BASELINES = ("numpy_loop", "numpy_batched", "torch")
 IMPLEMENTATIONS = ("jax", *BASELINES)
-# Issue 3's goals (stated against the NumPy loop and batched torch); none for batched NumPy.
+# The goals (stated against the NumPy loop and batched torch); none for batched NumPy.
 GOALS = {"numpy_loop": 8.0, "numpy_batched": None, "torch": 3.0}
 PEAK_LIBRARIES = ("jax", "numpy", "torch")
 BUDGET_S = 15 * 60

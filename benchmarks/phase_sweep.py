@@ -1,7 +1,7 @@
 """How long does the whole Fig. 3 sweep take, for every d of the paper, on this machine's device?
 
-The prepared command for an accelerator (issue 3: "where a GPU is available, run the full Fig. 3
-sweep for all six d with one prepared command and commit the timing JSON"); it runs on CPU too.
+The prepared command for an accelerator: the full Fig. 3 sweep for all six d in one command,
+timings to JSON (commit them); it runs on CPU too.
 For each d in (2, 8, 32, 128, 512, 1024): SA, n = 32, 90 values β = 0.1 … 9, 1024 random starts
 (the same for every β), t ∈ [0, 30] with Euler-then-renormalize at dt = 0.1 (300 steps), the
 statistic every 0.5 (61 saves), δ = 1e-3, float64 — `wb.particles.phase_diagram` end to end with

@@ -1,4 +1,4 @@
-"""The continuous Transformer on [0, 1]² and its quadrature discretizations (issue 4, resolution).
+"""The continuous Transformer on [0, 1]² and its quadrature discretizations (the resolution study).
 
 Checked by value: quadrature rules against exact integrals and their degrees of exactness; the
 uniform-grid model against the standard pre-LN encoder with folded weights (1e-12); invariants of
