@@ -111,10 +111,16 @@ SMOKE_SECONDS: dict[str, float] = {
     "depth-refinement": 86.0,
     "msa-vs-gradient": 38.0,
     "regularization-cost": 33.0,
+    "train-sequence": 21.0,
+    "step-convergence": 18.0,
+    "penalty-form": 15.0,
+    "resolution": 13.0,
+    "repulsion": 8.0,
+    "high-dimension": 8.0,
 }
 """Measured smoke-size wall times (seconds, one 2-core CPU, 2 studies at a time), used only to
 start the slowest studies first when the tour runs several at once (longest-processing-time
-order: the two cores stay busy to the end); a study missing here starts last. The report keeps
+order: the cores stay busy to the end); a study missing here starts last. The report keeps
 the tour's order."""
 
 
