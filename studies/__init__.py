@@ -97,26 +97,26 @@ error, the step-size plan, training as control, a real pretrained model), under 
 CPU cores. `workbench tour --all` runs every registered study."""
 
 SMOKE_SECONDS: dict[str, float] = {
-    "real-model-dynamics": 47.0,
-    "splitting-error": 42.0,
-    "train-digits": 40.0,
-    "exact-recovery": 33.0,
-    "convergence-order": 28.0,
-    "stability": 21.0,
-    "cluster-histograms": 9.0,
-    "phase-diagram": 8.0,
-    "plan": 5.0,
-    "metastability": 5.0,
     "adjoint-accuracy": 90.0,
     "depth-refinement": 86.0,
+    "splitting-error": 42.0,
+    "train-digits": 40.0,
     "msa-vs-gradient": 38.0,
+    "real-model-dynamics": 37.0,
+    "exact-recovery": 33.0,
     "regularization-cost": 33.0,
+    "convergence-order": 28.0,
+    "stability": 21.0,
     "train-sequence": 21.0,
     "step-convergence": 18.0,
     "penalty-form": 15.0,
     "resolution": 13.0,
+    "cluster-histograms": 9.0,
+    "phase-diagram": 8.0,
     "repulsion": 8.0,
     "high-dimension": 8.0,
+    "plan": 5.0,
+    "metastability": 5.0,
 }
 """Measured smoke-size wall times (seconds, one 2-core CPU, 2 studies at a time), used only to
 start the slowest studies first when the tour runs several at once (longest-processing-time

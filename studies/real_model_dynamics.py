@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -158,6 +159,19 @@ def _unit(states):
     return states / jnp.linalg.norm(states, axis=-1, keepdims=True)
 
 
+@eqx.filter_jit
+def _forward(model, *inputs):
+    """`model(*inputs)`, compiled as one program (not op by op)."""
+    return model(*inputs)
+
+
+@eqx.filter_jit
+def _forward_batch(model, *inputs):
+    """`jax.vmap(model)(*inputs)`, compiled as one program."""
+    return jax.vmap(model)(*inputs)
+
+
+@eqx.filter_jit
 def _layer_states(transformer, u0, steps_per_layer):
     """States at every layer boundary 0..L (`(L + 1, n, d)`)."""
     sol = transformer.solve(u0, save_steps=True)
@@ -166,8 +180,9 @@ def _layer_states(transformer, u0, steps_per_layer):
 
 
 def _layer_map(equation, scheme, layer, u):
-    """The network's layer `layer`: one Lie–Trotter step of length 1 from `t = layer`."""
-    return wb.step(equation, scheme, float(layer), u, 1.0, piece=layer)
+    """The network's layer `layer` (an integer array, traced: one compilation for every layer):
+    one Lie–Trotter step of length 1 from `t = layer`."""
+    return wb.step(equation, scheme, layer.astype(u.dtype), u, 1.0, piece=layer)
 
 
 def compute(config: Config) -> Results:
@@ -206,11 +221,11 @@ def compute(config: Config) -> Results:
         cosines, unrelated = [], []
         for k in [*c.steps, c.reference_steps]:
             tr = bert.transformer.rediscretize(steps_per_layer=k)
-            finals[k] = [tr(u0) for u0, _ in per_text]
+            finals[k] = [_forward(tr, u0) for u0, _ in per_text]
             if k == c.reference_steps:
                 break
             model = wb.architectures.BERT(bert.embeddings, tr)
-            states = jax.vmap(model)(p_ids, p_types, p_mask)
+            states = _forward_batch(model, p_ids, p_types, p_mask)
             w = p_mask[..., None].astype(states.dtype)
             emb = np.asarray(_unit(jnp.sum(states * w, 1) / jnp.sum(w, 1)))
             sims = emb @ emb.T
@@ -234,7 +249,7 @@ def compute(config: Config) -> Results:
                     field, states[layer], num_eigenvalues=c.num_eigenvalues, krylov_dim=c.krylov_dim
                 )  # fmt: skip
             )
-            layer_map = jax.tree_util.Partial(_layer_map, eq, lie, layer)
+            layer_map = jax.tree_util.Partial(_layer_map, eq, lie, jnp.asarray(layer))
             exps, _ = wba.lyapunov_exponents([layer_map], states[layer],
                                              num_exponents=c.num_exponents)  # fmt: skip
             lyap.append(exps)

@@ -240,9 +240,14 @@ def cluster_labels(x: Tokens, threshold: float = 1e-4) -> Int[Array, " n"]:
     """
     _check_config(x)
     _check_threshold("threshold", threshold)
-    adj = _adjacency(x, threshold)
-    n = x.shape[0]
-    labels0 = jnp.arange(n)
+    return _component_labels(_adjacency(x, threshold))
+
+
+@jax.jit
+def _component_labels(adj: Bool[Array, "n n"]) -> Int[Array, " n"]:
+    # Jitted on its own so that eager calls (a study looping over states) compile once per n,
+    # not once per call (an eager `while_loop` of fresh closures recompiles every time).
+    n = adj.shape[0]
 
     def sweep(labels):
         propagated = jnp.min(jnp.where(adj, labels[None, :], n), axis=1)
@@ -256,7 +261,7 @@ def cluster_labels(x: Tokens, threshold: float = 1e-4) -> Int[Array, " n"]:
         new = sweep(labels)
         return new, jnp.any(new != labels)
 
-    labels, _ = jax.lax.while_loop(cond, body, (labels0, jnp.asarray(True)))
+    labels, _ = jax.lax.while_loop(cond, body, (jnp.arange(n), jnp.asarray(True)))
     return labels
 
 
