@@ -166,6 +166,10 @@ def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
     return dataclasses.replace(config, **overrides)
 
 
+def _article(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
 def did_you_mean(name: str, choices) -> str:
     """`" (did you mean 'x'?)"` for the closest of `choices` to `name` (`difflib`), or `""`."""
     import difflib
@@ -334,7 +338,7 @@ def _parse_tuple(text: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
         try:
             out.append(_parse(item, tp))
         except _BadValue:
-            raise _BadValue(f"item {i} = {item!r} is not a {type_name(tp)}") from None
+            raise _BadValue(f"item {i} = {item!r} is not {_article(type_name(tp))}") from None
     return tuple(out)
 
 

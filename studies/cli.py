@@ -30,6 +30,14 @@ _PROG = "workbench"
 _EXIT_USAGE = 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line (the message and where to look), exit code 2."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(_EXIT_USAGE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `workbench` command with `argv` (default `sys.argv[1:]`); return the exit code.
 
@@ -38,6 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _top_parser()
+    if argv and not argv[0].startswith("-") and argv[0] not in _COMMANDS:
+        from ._overrides import did_you_mean
+
+        print(
+            f"{_PROG}: error: unknown command {argv[0]!r}{did_you_mean(argv[0], _COMMANDS)}; "
+            f"valid commands: {', '.join(_COMMANDS)} (see `{_PROG} --help`).",
+            file=sys.stderr,
+        )
+        return _EXIT_USAGE
     if not argv or argv[0] not in _COMMANDS:
         # Let argparse print the usage (or --help) and choose the exit code.
         try:
@@ -55,9 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_list(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog=f"{_PROG} list", description="Name the studies, one line each."
-    )
+    parser = _Parser(prog=f"{_PROG} list", description="Name the studies, one line each.")
     try:
         parser.parse_args(argv)
     except SystemExit as e:
@@ -85,7 +100,7 @@ def _cmd_list(argv: list[str]) -> int:
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"{_PROG} run",
         usage=f"{_PROG} run <study> [--smoke] [--out DIR] [--FIELD VALUE ...]",
         description=(
@@ -225,7 +240,7 @@ def _print_study_help(module: ModuleType) -> None:
 
 
 def _cmd_tour(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"{_PROG} tour",
         description=(
             "Run the tour's studies (the headline study of each theme; --all: every registered "
@@ -276,7 +291,7 @@ _COMMANDS = {"list": _cmd_list, "run": _cmd_run, "tour": _cmd_tour}
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=_PROG,
         description="A JAX workbench for Transformers seen as differential equations.",
     )
@@ -290,7 +305,6 @@ def _top_parser() -> argparse.ArgumentParser:
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str) -> int:
-    parser.print_usage(sys.stderr)
     print(f"{parser.prog}: error: {message}", file=sys.stderr)
     return _EXIT_USAGE
 

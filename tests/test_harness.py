@@ -364,7 +364,7 @@ def test_unknown_field_error_names_field_value_and_choices():
         ("steps", "3.5", "int"),
         ("tol", "small", "float"),
         ("plot", "maybe", "bool (use true/false, 1/0 or yes/no)"),
-        ("sizes", "8,x", "tuple[int, ...] (item 1 = 'x' is not a int)"),
+        ("sizes", "8,x", "tuple[int, ...] (item 1 = 'x' is not an int)"),
         ("sizes", "8,,16", "tuple[int, ...] (item 1 is empty)"),
         ("scheme", "yoshida", "one of 'lie', 'strang' (valid choices: lie, strang)"),
         ("seed", "abc", "int | None"),
@@ -695,7 +695,30 @@ def test_cli_list(fake_registry, capsys):
 
 def test_cli_bad_command(capsys):
     assert cli.main(["frobnicate"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "workbench: error: unknown command 'frobnicate'; valid commands: list, run, tour "
+        "(see `workbench --help`)."
+    ]
+    assert cli.main(["toure"]) == 2
+    assert "unknown command 'toure' (did you mean 'tour'?)" in capsys.readouterr().err
     assert cli.main([]) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["tour", "--jobs", "0"], "workbench tour: error: --jobs 0: give a whole number >= 1."),
+        (
+            ["tour", "--jbos", "2"],
+            "workbench tour: error: unrecognized arguments: --jbos 2 (see `workbench tour --help`)",
+        ),  # fmt: skip
+        (["list", "extra"], "workbench list: error: unrecognized arguments: extra"),
+    ],
+)
+def test_cli_usage_errors_are_one_line(capsys, argv, expected):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(expected), err
 
 
 def test_tour_records_success_and_failure(tmp_path, fake_registry, capsys):
