@@ -279,16 +279,19 @@ WIDE_CI = 1.0
 apart; reports mark it (typically too few ladder points at smoke size)."""
 
 
+def _is_wide(low: float, high: float) -> bool:
+    return not (high - low <= WIDE_CI)  # NaN counts as wide
+
+
 def ci_cell(low: float, high: float) -> str:
     """`"[low, high]"`, with `" (wide)"` appended when the interval is wider than `WIDE_CI`."""
-    wide = not (high - low <= WIDE_CI)  # NaN counts as wide
-    return f"[{low:.2f}, {high:.2f}]" + (" (wide)" if wide else "")
+    return f"[{low:.2f}, {high:.2f}]" + (" (wide)" if _is_wide(low, high) else "")
 
 
 def wide_ci_note(intervals: Iterable[Any]) -> str:
     """A sentence for reports when any `(low, high)` of `intervals` (`None` skipped) is wider
     than `WIDE_CI`, else `""`."""
-    wide = [ci for ci in intervals if ci is not None and not (ci[1] - ci[0] <= WIDE_CI)]
+    wide = [ci for ci in intervals if ci is not None and _is_wide(*ci)]
     if not wide:
         return ""
     return (
