@@ -88,6 +88,10 @@ class Config:
     """Starts per β for the Fig. 5 variants (their particle form costs ~15× more per step)."""
     seed: int = 0
     """Seeds the random starts and the variants' random matrices."""
+    devices: int = 0
+    """Devices to spread the (β, start) cells over: 0 = every visible device (all processes'
+    after `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
+    simulates 8 on a CPU), k = the first k. The statistics do not depend on it."""
     x64: bool = True
     """Float64, as the paper's runs (`--x64`); false runs the particles in float32 (`--no-x64`:
     half the memory, the accelerators' fast path; Γ_∞ stays float64)."""
@@ -109,6 +113,10 @@ class Config:
         check_range(self, "variant_d", 2)
         check_range(self, "variant_starts", 1)
         check_range(self, "seed", 0)
+        check_range(self, "devices", 0)
+        if self.devices:  # (0 does not start JAX's backend: jax.distributed may come later)
+            visible = jax.device_count()
+            check(self, "devices", self.devices <= visible, f"{visible} device(s) are visible")
 
 
 def smoke_config() -> Config:
@@ -169,6 +177,10 @@ class Results:
     """t_Γ(β): Γ_∞'s time for each β."""
     per_d: list[Diagram]
     variants: list[Diagram]
+    num_devices_used: int
+    """Devices the cells were spread over (the statistics are the same on any number)."""
+    num_processes: int
+    platform: str
 
 
 def _matrices(name: str, d: int, key, dtype=jnp.float64):
@@ -228,6 +240,7 @@ def _summarize(pd, variant, d, wall, betas, ts, t_gamma, t_max) -> Diagram:
 
 
 def compute(config: Config) -> Results:
+    devices = jax.devices()[: config.devices or None]
     betas = config.beta_max * np.arange(1, config.num_betas + 1) / config.num_betas
     ts = config.save_every * np.arange(round(config.t_max / config.save_every) + 1)
     with jax.enable_x64(True):
@@ -237,7 +250,7 @@ def compute(config: Config) -> Results:
     dtype = jnp.float64 if config.x64 else jnp.float32
     with jax.enable_x64(config.x64):
         key_starts, key_matrices = jax.random.split(jax.random.key(config.seed))
-        run = dict(dt=config.dt, save_ts=ts, delta=config.delta)
+        run = dict(dt=config.dt, save_ts=ts, delta=config.delta, devices=devices)
         summary = dict(betas=betas, ts=ts, t_gamma=t_gamma, t_max=config.t_max)
 
         per_d = []
@@ -265,7 +278,10 @@ def compute(config: Config) -> Results:
             pd = wb.particles.phase_diagram(betas, starts, Q=q, K=k, V=v, **run)
             wall = time.perf_counter() - t0
             variants.append(_summarize(pd, name, config.variant_d, wall, **summary))
-    return Results(config, betas, ts, t_gamma, per_d, variants)
+    processes = len({d.process_index for d in devices})
+    return Results(
+        config, betas, ts, t_gamma, per_d, variants, len(devices), processes, devices[0].platform
+    )
 
 
 def _parts(results: Results):
@@ -357,7 +373,9 @@ def report(results: Results) -> str:
     lines = [
         f"SA, n = {c.n}, {c.num_betas} β in (0, {c.beta_max:g}], t ∈ [0, {c.t_max:g}] (saved "
         f"every {c.save_every:g}), {c.num_starts} starts per β (the same for every β), "
-        f"Euler-then-renormalize dt = {c.dt:g}, {'float64' if c.x64 else 'float32'}, δ = {c.delta:g}. Distances are in time "
+        f"Euler-then-renormalize dt = {c.dt:g}, {'float64' if c.x64 else 'float32'}, "
+        f"δ = {c.delta:g}; cells spread over {results.num_devices_used} "
+        f"{results.platform} device(s) in {results.num_processes} process(es). Distances are in time "
         f"units over the β whose Γ_∞ time is ≤ {c.t_max:g}; where the empirical 0.5 level is not "
         f"reached by t = {c.t_max:g} the gap counts as t_max − t_Γ (a lower bound). Front width: "
         "median over the β reaching 0.5 of (t_0.9 − t_0.1)/t½ (inf: 0.9 not reached).",

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._progress import progress_bar
+from .._sharding import CellMesh
 
 
 def _split(total: int, size: int) -> int:
@@ -21,13 +22,27 @@ def _split(total: int, size: int) -> int:
     return -(-total // -(-total // size))
 
 
-def _block_sizes(lengths: Sequence[int], chunk_size: int) -> list[int]:
+def _block(length: int, budget: int, multiple: int) -> int:
+    """A block size for an axis of `length` items with about `budget` per block, a multiple of
+    `multiple`: the whole axis when it fits; else, among the multiples in `[budget/2, budget]`
+    and the nearly-equal cut, the one that pads least (ties: the larger, fewer calls)."""
+    up = lambda b: -(-b // multiple) * multiple
+    if length <= budget:
+        return up(length)
+    candidates = {up(_split(length, budget))}
+    candidates |= {b for b in range(up(max(1, budget // 2)), budget + 1, multiple)}
+    waste = lambda b: -(-length // b) * b - length
+    return min(candidates, key=lambda b: (waste(b), -b))
+
+
+def _block_sizes(lengths: Sequence[int], chunk_size: int, multiple: int = 1) -> list[int]:
     """Block sizes per axis with about `chunk_size` items per block: the last axis takes as many
-    as it can (cut into nearly equal blocks), each earlier axis what remains of the budget."""
+    as it can (a multiple of `multiple`: one equal shard per device), each earlier axis what
+    remains of the budget; blocks are chosen to pad the axes as little as possible."""
     sizes = []
     budget = chunk_size
-    for length in reversed(lengths):
-        block = _split(length, max(1, budget))
+    for axis, length in enumerate(reversed(lengths)):
+        block = _block(length, max(1, budget), multiple if axis == 0 else 1)
         sizes.append(block)
         budget //= block
     return sizes[::-1]
@@ -62,6 +77,7 @@ def chunked_map(
     in_flight: int | None = None,
     progress: bool | None = None,
     desc: str = "chunks",
+    mesh: CellMesh | None = None,
 ) -> None:
     """Apply `fn` to every block of the product of the leading axes of `batch`, chunk by chunk.
 
@@ -80,19 +96,34 @@ def chunked_map(
     - `in_flight`: chunks dispatched before waiting for the oldest (default 2).
     - `progress`: show a progress bar over chunks (`None`: unless `WORKBENCH_PROGRESS=0`).
     - `desc`: the progress bar's label.
+    - `mesh`: spread each chunk over these devices: the last batch axis's blocks are a multiple
+      of `mesh.size` and are cut over the devices, the other blocks replicated (`fn` then is a
+      `jax.shard_map` over the `"cells"` axis, its result cut along the last block axis); the
+      result is gathered on every process.
     """
     workers = in_flight or 2
     lengths = [a.shape[0] for a in batch]
-    sizes = _block_sizes(lengths, chunk_size)
+    sizes = _block_sizes(lengths, chunk_size, 1 if mesh is None else mesh.size)
     counts = [-(-length // size) for length, size in zip(lengths, sizes)]
     padded = [_pad(a, count * size) for a, count, size in zip(batch, counts, sizes)]
+    if mesh is not None:
+        padded = [np.asarray(a) for a in padded]  # each chunk goes to the devices from the host
+    last = len(batch) - 1
+
+    def place(parts):
+        if mesh is None:
+            return parts
+        return [mesh.put(part, sharded=axis == last) for axis, part in enumerate(parts)]
+
+    def read(result):
+        return np.asarray(result) if mesh is None else mesh.gather(result)
 
     def collect(index, result):
         where = tuple(
             slice(i * size, min((i + 1) * size, length))
             for i, size, length in zip(index, sizes, lengths)
         )
-        values = np.asarray(result)
+        values = read(result)
         consume(where, values[tuple(slice(0, w.stop - w.start) for w in where)])
 
     blocks = list(itertools.product(*(range(count) for count in counts)))
@@ -102,7 +133,7 @@ def chunked_map(
         for index in blocks:
             parts = [a[i * size : (i + 1) * size] for a, i, size in zip(padded, index, sizes)]
             # Dispatch is asynchronous: the host slices the next chunk while this one runs.
-            pending.append((index, fn(*parts)))
+            pending.append((index, fn(*place(parts))))
             while len(pending) >= workers:
                 collect(*pending.popleft())
                 bar.update()

@@ -46,28 +46,44 @@ def _pair_fraction_of_rows(x: Tokens, delta) -> Float[Array, ""]:
 
 class _StartMoments:
     """Running sums over the starts of the statistic `(B, T)` (and optionally every start's value
-    `(B, S, T)`), filled block by block; `mean_sem()` gives the mean and its standard error."""
+    `(B, S, T)`), filled block by block; `mean_sem()` gives the mean and its standard error.
 
-    def __init__(self, num_betas: int, num_starts: int, num_times: int, per_start: bool):
+    The statistic is a count of pairs over `pairs = n(n−1)/2`, so the sums are kept as exact
+    integer counts: the mean and s.e.m. do not depend on how the starts were cut into blocks
+    (one device or eight, any chunk size), and the variance has no cancellation error.
+    """
+
+    def __init__(
+        self, num_betas: int, num_starts: int, num_times: int, per_start: bool, pairs: int
+    ):
         self.num_starts = num_starts
-        self.sums = np.zeros((num_betas, num_times))
-        self.squares = np.zeros((num_betas, num_times))
+        self.pairs = pairs
+        self.sums = np.zeros((num_betas, num_times), dtype=np.int64)
+        self.squares = np.zeros((num_betas, num_times), dtype=np.int64)
         self.every = np.zeros((num_betas, num_starts, num_times)) if per_start else None
 
     def add(self, rows: slice, cols: slice, values: np.ndarray) -> None:
         """The values `(len(rows), len(cols), T)` of the β `rows` and the start `cols`."""
-        self.sums[rows] += values.sum(axis=1)
-        self.squares[rows] += (values**2).sum(axis=1)
+        scaled = np.asarray(values, np.float64) * self.pairs
+        counts = np.rint(scaled)
+        if counts.size and np.max(np.abs(scaled - counts)) > 1e-3:
+            raise RuntimeError("phase_diagram: a statistic is not a count of pairs over n(n-1)/2.")
+        counts = counts.astype(np.int64)
+        self.sums[rows] += counts.sum(axis=1)
+        self.squares[rows] += (counts**2).sum(axis=1)
         if self.every is not None:
             self.every[rows, cols] = values
 
     def mean_sem(self) -> tuple[np.ndarray, np.ndarray]:
         """The mean over starts and its standard error (sample std / sqrt(S); 0 when S = 1)."""
-        num_starts = self.num_starts
-        mean = self.sums / num_starts
-        if num_starts > 1:
-            var = np.maximum(self.squares - num_starts * mean**2, 0.0) / (num_starts - 1)
-            sem = np.sqrt(var / num_starts)
+        S, P = self.num_starts, self.pairs
+        mean = self.sums / (S * P)
+        if S > 1:
+            # S² P² var = (S Σc² − (Σc)²) · S / (S − 1), in Python integers (no overflow).
+            sums = self.sums.astype(object)
+            numerator = (S * self.squares.astype(object) - sums * sums).astype(np.float64)
+            var = numerator / (S * (S - 1)) / P**2
+            sem = np.sqrt(np.maximum(var, 0.0) / S)
         else:
             sem = np.zeros_like(mean)
         return mean, sem

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import equinox as eqx
 import jax
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._sharding import CellMesh
 from .._types import Tokens
 from ._chunking import _default_chunk_size, chunked_map
 from ._cluster_statistics import _StartMoments
@@ -178,6 +180,7 @@ def phase_diagram(
     in_flight: int | None = None,
     per_start: bool = False,
     progress: bool | None = None,
+    devices: Sequence[jax.Device] | None = None,
 ) -> PhaseDiagram:
     r"""The phase diagram of Fig. 3: the fraction of pairs `i ≠ j` with `⟨x_i, x_j⟩ ≥ 1 − δ`,
     averaged over random starts, for every β and saved time.
@@ -192,9 +195,10 @@ def phase_diagram(
 
     **How.** `jax.vmap` over β and starts of one jitted trajectory (`clustering_curve`), run in
     chunks of about `chunk_size` trajectories, dispatched asynchronously (up to `in_flight` at a
-    time) so that the host prepares the next chunk while one runs. XLA:CPU runs the chunks of one
-    device one after the other, with its threads inside each chunk. (Several CPU devices via
-    `JAX_NUM_CPU_DEVICES` hung with several chunks in flight on jax 0.10.2: not used.) With `form=None` and `Q = K = V = I` the particles are advanced in an
+    time) so that the host prepares the next chunk while one runs. Each chunk's starts are cut
+    into equal shards over `devices` (`jax.shard_map` over a one-axis mesh; the cells are
+    independent, so no device talks to another and every number is the one of a single device;
+    see `docs/scale.md`). With `form=None` and `Q = K = V = I` the particles are advanced in an
     orthonormal basis of their span (`ReducedForm`: cost `O(n² min(n, d))` per step, independent
     of `d` beyond `n`); with matrices, as they are (`ParticleForm`).
 
@@ -211,10 +215,14 @@ def phase_diagram(
     - `form`: `None` (automatic), `ReducedForm()`, `GramForm()` or `ParticleForm()`.
     - `chunk_size`: trajectories per compiled call (default on CPU: about 4 MiB of
       per-trajectory arrays, 256 trajectories for `n = 32`, `d ≥ n` in the reduced form,
-      float64; on an accelerator about 256 MiB, 16 384 trajectories there).
+      float64; on an accelerator about 256 MiB, 16 384 trajectories there; times the number of
+      devices).
     - `in_flight`: chunks dispatched before waiting for the oldest (default 2).
     - `per_start`: also return every start's values `(B, S, T)`.
     - `progress`: show a progress bar over chunks (`None`: unless `WORKBENCH_PROGRESS=0`).
+    - `devices`: the devices to spread the cells over (default `jax.devices()`: every device of
+      every process once `jax.distributed.initialize()` has run; every process then makes the
+      same call and receives the whole diagram).
 
     **Returns:** a `PhaseDiagram` (`fraction`, `sem`, `per_start`, `form`, ...).
 
@@ -247,9 +255,13 @@ def phase_diagram(
     for name, value in (("chunk_size", chunk_size), ("in_flight", in_flight)):
         _check_optional_count(owner, name, value)
 
+    mesh = CellMesh(devices)
     if chunk_size is None:
         trajectory_bytes = n * (n + form.width(n, d)) * jnp.dtype(dtype).itemsize
-        chunk_size = _default_chunk_size(trajectory_bytes, next(iter(x.devices())).platform)
+        # One device's chunk per device (measured: on simulated CPU devices sharing two cores,
+        # splitting one device's chunk over them ran 1.2–1.5× slower than one device).
+        platform = mesh.devices[0].platform
+        chunk_size = mesh.size * _default_chunk_size(trajectory_bytes, platform)
     x = form.prepare(x)
 
     params, static = eqx.partition(_Kernel(dynamics, integrator, form, Q, K, V), eqx.is_array)
@@ -259,10 +271,10 @@ def phase_diagram(
         jnp.asarray(inverse),
         jnp.asarray(delta, dtype),
     )
-    moments = _StartMoments(b.size, num_starts, ts.size, per_start)
+    moments = _StartMoments(b.size, num_starts, ts.size, per_start, n * (n - 1) // 2)
 
     def run(betas_block, starts_block):
-        return _chunk(params, static, plan, jnp.asarray(betas_block, dtype), starts_block, *args)
+        return _chunk(params, static, plan, mesh.mesh, betas_block, starts_block, *args)
 
     def consume(where, values):
         moments.add(*where, np.asarray(values, dtype=np.float64))
@@ -270,12 +282,13 @@ def phase_diagram(
     # (β block) × (start block), padded to full blocks (one compilation).
     chunked_map(
         run,
-        (b, x),
+        (b.astype(dtype), x),
         chunk_size,
         consume,
         in_flight=in_flight,
         progress=progress,
-        desc=f"phase diagram ({type(form).__name__})",
+        desc=f"phase diagram ({type(form).__name__}, {mesh.size} device(s))",
+        mesh=mesh,
     )
     mean, sem = moments.mean_sem()
     return PhaseDiagram(

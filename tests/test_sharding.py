@@ -1,0 +1,151 @@
+"""Cells spread over devices and processes give the numbers of one device.
+
+Oracle: the same computation on one device (float64, exact equality: each cell is computed by the
+same program on its own, so no reduction order changes). Several devices are simulated CPU
+devices (`XLA_FLAGS=--xla_force_host_platform_device_count=8`) in a subprocess, since the test
+process's backend is already up; several processes are two `jax.distributed` controllers on
+this machine (JAX's CPU collectives, gloo, for the gather).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from workbench._sharding import CellMesh
+from workbench.particles._chunking import _block_sizes
+
+REPO = Path(__file__).resolve().parents[1]
+
+_SWEEP = textwrap.dedent(
+    """
+    import json, sys
+    import jax
+    port, nproc, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    if nproc > 1:
+        jax.distributed.initialize(f"localhost:{port}", num_processes=nproc, process_id=pid)
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    from workbench import particles as P
+    # 13 starts: not a multiple of 2, 4 or 8 devices (the last block is padded).
+    starts = P.random_starts(jax.random.key(0), 13, 16, 8)
+    betas = np.linspace(0.5, 6.0, 5)
+    kw = dict(dt=0.1, save_ts=np.arange(21) * 0.5, per_start=True, progress=False)
+    out = {"devices": len(jax.devices()), "processes": jax.process_count(), "runs": {}}
+    counts = [len(jax.devices())] if nproc > 1 else [1, 2, 4, len(jax.devices())]
+    for k in counts:
+        # chunk_size=8: several chunks per diagram, so padding and chunk order are exercised.
+        pd = P.phase_diagram(betas, starts, devices=jax.devices()[:k], chunk_size=8, **kw)
+        out["runs"][k] = [pd.fraction.tolist(), pd.sem.tolist(), pd.per_start.tolist()]
+    if nproc == 1 and len(jax.devices()) == 8:
+        from workbench._sharding import CellMesh
+        try:
+            CellMesh().put(np.zeros(3), sharded=True)
+        except ValueError as e:
+            out["error"] = str(e)
+    print(json.dumps(out))
+    """
+)
+
+
+def _env(devices: int) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", WORKBENCH_PROGRESS="0")
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return env
+
+
+def _last_json(stdout: str) -> dict:
+    # gloo prints its connection line on stdout: the result is the last line.
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_eight_simulated_devices_give_the_statistics_of_one():
+    done = subprocess.run(
+        [sys.executable, "-c", _SWEEP, "0", "1", "0"],
+        capture_output=True, text=True, env=_env(8), cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = _last_json(done.stdout)
+    assert out["devices"] == 8
+    assert out["error"] == "CellMesh.put: leading axis 3 is not a multiple of the 8 devices."
+    one = out["runs"]["1"]
+    for k in ("2", "4", "8"):
+        for got, want in zip(out["runs"][k], one):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=k)
+    # Not a degenerate diagram: some cells cluster, some do not yet.
+    fraction = np.asarray(one[0])
+    assert fraction.min() == 0.0 and fraction.max() > 0.9
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_statistics_of_one_process():
+    single = subprocess.run(
+        [sys.executable, "-c", _SWEEP, "0", "1", "0"],
+        capture_output=True, text=True, env=_env(1), cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert single.returncode == 0, single.stderr[-3000:]
+    want = _last_json(single.stdout)["runs"]["1"]
+
+    port = str(_free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SWEEP, port, "2", str(pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(1),
+            cwd=REPO,
+        )  # fmt: skip
+        for pid in (0, 1)
+    ]
+    outs = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=600)
+            assert p.returncode == 0, stderr[-3000:]
+            outs.append(_last_json(stdout))
+    finally:
+        for p in procs:
+            p.kill()
+    for out in outs:  # every process holds the gathered diagram
+        assert (out["devices"], out["processes"]) == (2, 2)
+        for got, ref in zip(out["runs"]["2"], want):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+
+
+def test_block_sizes_give_every_device_an_equal_shard():
+    for lengths, chunk, multiple in [((5, 13), 8, 8), ((90, 1024), 2048, 8), ((3, 7), 100, 2)]:
+        sizes = _block_sizes(lengths, chunk, multiple)
+        assert sizes[-1] % multiple == 0, (lengths, chunk, multiple, sizes)
+        assert sizes[-1] >= min(lengths[-1], multiple)
+    # One device: the old cut (nearly equal blocks, the last axis first).
+    assert _block_sizes((90, 1024), 256) == [1, 256]
+    assert _block_sizes((9, 8), 256) == [9, 8]
+
+
+def test_cell_mesh_refuses_bad_device_lists():
+    with pytest.raises(ValueError, match="devices: got an empty list"):
+        CellMesh([])
+    with pytest.raises(ValueError, match=r"devices: 'cpu' is not a jax.Device"):
+        CellMesh(["cpu"])
+    d = jax.devices()[0]
+    with pytest.raises(ValueError, match="devices: a device is listed twice"):
+        CellMesh([d, d])
+    mesh = CellMesh([d])
+    x = np.arange(12.0).reshape(3, 4)
+    for sharded in (True, False):  # one device: put and gather give the value back
+        np.testing.assert_array_equal(mesh.gather(mesh.put(x, sharded=sharded)), x)
