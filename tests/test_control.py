@@ -220,21 +220,32 @@ _DRIVER = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from test_control import tiny_model, tiny_data
     import workbench.control as wbc
+    run_dir, shard = sys.argv[1] or None, sys.argv[2] == "shard"
     with jax.enable_x64(False):
         model = tiny_model(jax.random.key(0), dtype=jnp.float32)
         data = tiny_data(np.random.default_rng(0), n=64, dtype=np.float32)
-        res = wbc.train(model, data, steps=20, batch_size=16, log_every=1, progress=False)
-    print(json.dumps({{"devices": res.num_devices, "loss": [r["loss"] for r in res.history]}}))
+        res = wbc.train(model, data, steps=20, batch_size=16, log_every=1, progress=False,
+                        run_dir=run_dir, checkpoint_every=5, shard_params=shard)
+    leaves = [x for x in jax.tree.leaves(res.model) if isinstance(x, jax.Array)]
+    sharded = sum(not x.sharding.is_fully_replicated for x in leaves)
+    print(json.dumps({{"devices": res.num_devices, "loss": [r["loss"] for r in res.history],
+                      "sharded_leaves": sharded, "leaves": len(leaves),
+                      "steps": [r["step"] for r in res.history], "resumed_from": res.resumed_from}}))
     """
 )
 
 
-def _run_driver(devices: int) -> dict:
+def _run_driver(devices: int, run_dir="", shard: bool = False) -> dict:
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
                JAX_PLATFORMS="cpu")  # fmt: skip
     code = _DRIVER.format(tests=str(REPO / "tests"))
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=600
+        [sys.executable, "-c", code, str(run_dir), "shard" if shard else "replicate"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -245,6 +256,31 @@ def test_eight_devices_give_the_loss_trajectory_of_one():
     one, eight = _run_driver(1), _run_driver(8)
     assert (one["devices"], eight["devices"]) == (1, 8)
     np.testing.assert_allclose(eight["loss"], one["loss"], rtol=0, atol=1e-5)
+    assert eight["sharded_leaves"] == 0
+
+
+@pytest.mark.slow
+def test_parameters_sharded_over_eight_devices_give_the_loss_trajectory_of_one():
+    one, eight = _run_driver(1), _run_driver(8, shard=True)
+    # Every leaf with an axis divisible by 8 is cut over the devices (d = 8: all weights).
+    assert eight["devices"] == 8 and eight["sharded_leaves"] >= eight["leaves"] // 2
+    np.testing.assert_allclose(eight["loss"], one["loss"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_written_on_eight_devices_continues_on_one(tmp_path):
+    """Checkpoints hold host arrays: written by a run on 8 devices, the step-10 checkpoint
+    restores on 1 device and the next 10 steps give the 8-device run's losses to 1e-6."""
+    eight = _run_driver(8, tmp_path)
+    assert (eight["devices"], eight["steps"]) == (8, list(range(1, 21)))
+    for step in (15, 20):  # keep only the step-10 checkpoint (keep=3: 10, 15, 20)
+        for p in (tmp_path / "checkpoints").glob(f"step-{step:08d}.*"):
+            p.unlink()
+    one = _run_driver(1, tmp_path)
+    assert (one["devices"], one["resumed_from"]) == (1, 10)
+    assert one["steps"] == list(range(1, 21))  # metrics rows 1..10 kept from the 8-device run
+    np.testing.assert_array_equal(one["loss"][:10], eight["loss"][:10])
+    np.testing.assert_allclose(one["loss"][10:], eight["loss"][10:], rtol=0, atol=1e-6)
 
 
 def test_train_digits_verdict_follows_the_accuracy():

@@ -116,6 +116,31 @@ def _mesh(devices):
     )
 
 
+def _leaf_sharding(leaf, replicated):
+    """Shard an array over the mesh along its largest axis divisible by the device count (the
+    last such axis on ties); replicate it when there is none (scalars, odd sizes)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    count = replicated.mesh.size
+    shape = getattr(leaf, "shape", ())
+    axes = [a for a, n in enumerate(shape) if n % count == 0 and n >= count]
+    if count == 1 or not axes:
+        return replicated
+    axis = max(axes, key=lambda a: (shape[a], a))
+    spec = [None] * len(shape)
+    spec[axis] = "batch"
+    return NamedSharding(replicated.mesh, PartitionSpec(*spec))
+
+
+def _layout(tree, replicated, shard_params: bool):
+    """The placement of every array leaf of `tree`: replicated (data parallel), or each leaf cut
+    over the devices along one axis (`shard_params`: each device holds 1/D of the parameters and
+    of the optimizer state; XLA gathers a layer's weights where the step needs them)."""
+    if not shard_params:
+        return jax.tree.map(lambda _: replicated, tree)
+    return jax.tree.map(lambda leaf: _leaf_sharding(leaf, replicated), tree)
+
+
 @eqx.filter_jit
 def _predict(model, xs):
     return jax.vmap(model)(xs)
@@ -210,6 +235,7 @@ def train(
     keep: int = 3,
     fingerprint: dict | None = None,
     devices=None,
+    shard_params: bool = False,
     progress: bool | None = None,
 ) -> TrainResult:
     r"""Train `model` on `data` by minimizing `objective` with `optimizer`.
@@ -229,7 +255,11 @@ def train(
     Checkpoints written with another `fingerprint` (the run's configuration) are refused.
 
     The batch is split over `devices` (default: all visible devices) along a one-axis mesh;
-    parameters are replicated. `batch_size` must be a multiple of the device count.
+    parameters and optimizer state are replicated, or with `shard_params` cut over the same
+    devices (each array along its largest axis divisible by the device count: a fully sharded
+    data-parallel layout for models larger than one device's memory). `batch_size` must be a
+    multiple of the device count. Checkpoints hold host arrays: a run restores on any device
+    count and layout.
 
     **Returns:** a `TrainResult`.
     """
@@ -274,8 +304,10 @@ def train(
         metrics_path = run_dir / "metrics.csv"
         history = _read_metrics(metrics_path, start)
         atomic_write_text(metrics_path, _csv_text(history))
-    params = jax.device_put(params, replicated)
-    opt_state = jax.device_put(opt_state, replicated)
+    params_layout = _layout(params, replicated, shard_params)
+    state_layout = _layout(opt_state, replicated, shard_params)
+    params = jax.device_put(params, params_layout)
+    opt_state = jax.device_put(opt_state, state_layout)
     base_key = jax.random.key(seed)
 
     # Plain `jax.jit` (every argument is an array; the structure is closed over): unlike
@@ -293,7 +325,11 @@ def train(
             jnp.asarray([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(direction)])
         )
         updates, new_state = optimizer.update(direction, opt_state, params)
-        return eqx.apply_updates(params, updates), new_state, finite, value, aux
+        new_params = eqx.apply_updates(params, updates)
+        # Keep the layout from step to step (XLA would otherwise pick the outputs' placement).
+        new_params = jax.lax.with_sharding_constraint(new_params, params_layout)
+        new_state = jax.lax.with_sharding_constraint(new_state, state_layout)
+        return new_params, new_state, finite, value, aux
 
     def save(step):
         if manager is not None:
