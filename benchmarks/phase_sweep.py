@@ -8,7 +8,9 @@ statistic every 0.5 (61 saves), δ = 1e-3, float64 — `wb.particles.phase_diagr
 its defaults (reduced form, default chunking for the backend).
 
 Reported per d: the wall time of the sweep as a user runs it (first call: includes the one
-compilation), a second identical run when the first took under `--repeat-under` seconds (then
+compilation), its throughput in matrix-product GFLOP/s (the reduced form's flops, as counted by
+`phase_kernel.py`) and as a fraction of the device's float32 and float64 matmul peaks (measured
+here: best of 5 jitted `jnp.dot`, 8192² on an accelerator, 2048² on a CPU), a second identical run when the first took under `--repeat-under` seconds (then
 `compile_s` ≈ first − second), trajectory-steps per second, and the values needed to compare
 devices: the statistic at t = 30 for every β (`fraction_t30`) and its minimum over β ≤ 1 (the
 one-cluster check, ≥ 0.99). The CPU and GPU files can be diffed: the same starts (seed) give the
@@ -56,7 +58,26 @@ class Config:
         return cls(**{**base, **overrides})
 
 
-def sweep(cfg: Config, d: int) -> dict:
+def matmul_peaks(size: int, repeats: int = 5) -> dict:
+    """Best-of-`repeats` GFLOP/s of a jitted `jnp.dot` of two `size × size` matrices on the
+    default device, float32 and float64 (the peaks the kernel's throughput is a fraction of)."""
+    import jax.numpy as jnp
+
+    peaks = {}
+    for dtype in (jnp.float32, jnp.float64):
+        a = jax.random.normal(jax.random.key(0), (size, size), dtype)
+        dot = jax.jit(jnp.dot)
+        dot(a, a).block_until_ready()
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            dot(a, a).block_until_ready()
+            best = min(best, time.perf_counter() - t)
+        peaks[jnp.dtype(dtype).name] = 2 * size**3 / best / 1e9
+    return peaks
+
+
+def sweep(cfg: Config, d: int, peaks: dict) -> dict:
     betas = cfg.beta_max * np.arange(1, cfg.num_betas + 1) / cfg.num_betas
     save_ts = cfg.save_every * np.arange(round(cfg.t_max / cfg.save_every) + 1)
     key = jax.random.fold_in(jax.random.key(cfg.seed), d)
@@ -78,6 +99,13 @@ def sweep(cfg: Config, d: int) -> dict:
         assert np.array_equal(pd2.fraction, pd.fraction), "two identical runs differ"
     trajectory_steps = cfg.num_betas * cfg.num_starts * pd.num_steps
     final = pd.fraction[:, -1]
+    steps_per_s = trajectory_steps / (second or first)
+    r = min(cfg.n, d)
+    saves = len(save_ts)
+    # Matrix-product flops of the reduced form per trajectory-step (see phase_kernel.flops):
+    # 4 n² r per Euler step, 2 n² r per saved statistic, the start's QR spread over the steps.
+    per_step = 4 * cfg.n**2 * r + (saves * 2 * cfg.n**2 * r + 2 * d * cfg.n**2) / pd.num_steps
+    gflops = steps_per_s * per_step / 1e9
     return {
         "d": d,
         "form": type(pd.form).__name__,
@@ -85,7 +113,9 @@ def sweep(cfg: Config, d: int) -> dict:
         "second_s": second,
         "compile_s": None if second is None else first - second,
         "trajectory_steps": trajectory_steps,
-        "trajectory_steps_per_s": trajectory_steps / (second or first),
+        "trajectory_steps_per_s": steps_per_s,
+        "gflops": gflops,
+        "fraction_of_matmul_peak": {k: gflops / v for k, v in peaks.items()},
         "other_load": load.fraction,
         "betas": betas.tolist(),
         "fraction_t30": final.tolist(),
@@ -98,14 +128,19 @@ def sweep(cfg: Config, d: int) -> dict:
 def main(cfg: Config, out: str) -> dict:
     t0 = time.perf_counter()
     devices = jax.devices()
+    # 8192 on an accelerator (a 2048 product does not fill an H200), 2048 on a CPU.
+    peaks = matmul_peaks(8192 if devices[0].platform != "cpu" else 2048)
+    print("matmul peaks (GFLOP/s):", {k: round(v, 1) for k, v in peaks.items()}, flush=True)
     per_d = []
     for d in cfg.ds:
-        r = sweep(cfg, d)
+        r = sweep(cfg, d, peaks)
         per_d.append(r)
         again = f", second {r['second_s']:.2f} s" if r["second_s"] is not None else ""
         print(
             f"d = {d:5d}: {r['first_s']:8.2f} s (first call{again}); "
-            f"{r['trajectory_steps_per_s'] / 1e6:.2f} M trajectory-steps/s; "
+            f"{r['trajectory_steps_per_s'] / 1e6:.2f} M trajectory-steps/s, "
+            f"{r['gflops']:.1f} GFLOP/s ({r['fraction_of_matmul_peak']['float64']:.1%} of the "
+            "float64 matmul peak); "
             f"min F(t_max, β ≤ 1) = {r['min_fraction_t30_beta_le_1']}",
             flush=True,
         )
@@ -118,6 +153,7 @@ def main(cfg: Config, out: str) -> dict:
             "device_kind": devices[0].device_kind,
             "num_devices": len(devices),
         },
+        "matmul_peak_gflops": peaks,
         "per_d": per_d,
         "total_first_s": sum(r["first_s"] for r in per_d),
         "wall_s": time.perf_counter() - t0,
