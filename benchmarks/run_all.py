@@ -128,6 +128,16 @@ def _phase_kernel(r, peaks) -> list[Row]:
     return rows
 
 
+def _particle_forms(r) -> list[Row]:
+    return [
+        _row("particle_forms", f"{name}: GFLOP/s / the reduced form's", None,
+             first_s=x["first_call_s"],
+             note=f"{x['gflops_over_reduced']:.2f} ({x['gflops']:.3g} GFLOP/s, "
+                  f"{x['fraction_of_peak']:.0%} of the f64 matmul peak)")
+        for name, x in r["cases"].items() if name != "reduced (identity)"
+    ]  # fmt: skip
+
+
 def _phase_sweep(r) -> list[Row]:
     return [
         _row("phase_sweep", f"Fig. 3 sweep, d = {x['d']} ({x['form']})", None,
@@ -167,6 +177,7 @@ BENCHMARKS: list[tuple[str, str, str, Callable]] = [
     ("train_step", "train_step.py", "train_step", _train_step),
     ("simulate_overhead", "simulate_overhead.py", "simulate_overhead", _simulate),
     ("phase_kernel", "phase_kernel.py", "phase_kernel", _phase_kernel),
+    ("particle_forms", "particle_forms.py", "particle_forms", _particle_forms),
     ("phase_sharded", "phase_sharded.py", "phase_sharded", _phase_sharded),
     ("phase_sweep", "phase_sweep.py", "phase_sweep_cpu", _phase_sweep),
 ]

@@ -133,6 +133,8 @@ class Results:
     fraction_near_one_mean: np.ndarray
     """(β, d, t): its mean over starts."""
     rows: list[Row]
+    num_devices_used: int = 1
+    """Devices the starts were spread over (`wb.map_cells`; the numbers do not depend on it)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -182,8 +184,13 @@ def compute(config: Config) -> Results:
             delta=config.delta,
             integrator=wb.particles.INTEGRATORS[config.integrator],
         )
-        # vmap over starts (inner) and β (outer); one compilation per d.
-        batched = jax.jit(jax.vmap(jax.vmap(run, in_axes=(None, 0)), in_axes=(0, None)))
+        # vmap over starts (inner) and β (outer), the starts cut over every visible device; one
+        # compilation per d.
+        batched = wb.map_cells(
+            jax.vmap(jax.vmap(run, in_axes=(None, 0)), in_axes=(0, None)),
+            cells=(False, True),
+            out_axis=1,
+        )
         betas = jnp.asarray(config.betas, dtype=jnp.float64)
         for j, d in enumerate(progress(config.dims, desc=NAME)):
             x0 = jnp.asarray(wb.particles.uniform_sphere(rng, ns, config.n, d))
@@ -217,6 +224,7 @@ def compute(config: Config) -> Results:
     ]
     return Results(
         config=config,
+        num_devices_used=jax.device_count(),
         ts=ts,
         edges=np.linspace(-1.0, 1.0, config.bins + 1),
         snapshot_times=[float(ts[k]) for k in snap],

@@ -144,6 +144,8 @@ class Results:
     """(β, d, 2, t): min and max of G_ij over i ≠ j for start 0."""
     collapse_rates: np.ndarray
     """(β, d, start): fitted collapse rate, NaN where 1 − min G_ij never enters the window."""
+    num_devices_used: int = 1
+    """Devices the starts were spread over (`wb.map_cells`; the numbers do not depend on it)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,7 +210,8 @@ def compute(config: Config) -> Results:
             num_saves=num_saves,
             integrator=wb.particles.INTEGRATORS[config.integrator],
         )
-        batched = jax.jit(jax.vmap(run, in_axes=(None, None, 0)))  # over starts
+        # Over the starts, cut over every visible device.
+        batched = wb.map_cells(jax.vmap(run, in_axes=(None, None, 0)), cells=(False, False, True))
         gammas = {
             b: np.asarray(wb.particles.gamma_beta(jnp.asarray(ts), b, n, "SA"))
             for b in config.betas
@@ -262,6 +265,7 @@ def compute(config: Config) -> Results:
         )
     return Results(
         config=config,
+        num_devices_used=jax.device_count(),
         ts=ts,
         gamma={str(b): g for b, g in gammas.items()},
         rows=rows,

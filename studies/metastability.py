@@ -154,6 +154,8 @@ class Results:
     rank_vs_components: Agreement
     cross_check: CrossCheck | None
     growth_fit: GrowthFit | None
+    num_devices_used: int = 1
+    """Devices the starts were spread over (`wb.map_cells`; the numbers do not depend on it)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,7 +183,8 @@ def _batched(config: Config, *, dt, t1, save_ts, integrator):
     run = functools.partial(
         _counts, dt=dt, t1=t1, save_ts=save_ts, integrator=integrator, threshold=config.threshold
     )
-    return jax.jit(jax.vmap(run, in_axes=(None, 0)))  # over starts; β is traced (one compile)
+    # Over the starts, cut over every visible device; β is traced (one compile).
+    return wb.map_cells(jax.vmap(run, in_axes=(None, 0)), cells=(False, True))
 
 
 def _fit_growth(
@@ -258,6 +261,7 @@ def compute(config: Config) -> Results:
     )
     return Results(
         config=config,
+        num_devices_used=jax.device_count(),
         ts=ts,
         t1=t1,
         counts=comp,

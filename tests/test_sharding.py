@@ -8,6 +8,7 @@ this machine (JAX's CPU collectives, gloo, for the gather).
 """
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -149,3 +150,55 @@ def test_cell_mesh_refuses_bad_device_lists():
     x = np.arange(12.0).reshape(3, 4)
     for sharded in (True, False):  # one device: put and gather give the value back
         np.testing.assert_array_equal(mesh.gather(mesh.put(x, sharded=sharded)), x)
+
+
+def _numbers(tree, path=""):
+    """The numeric leaves of a results.json tree, by path (wall times and device counts left
+    out)."""
+    if isinstance(tree, dict):
+        out = {}
+        for k, v in tree.items():
+            if "wall" in k or k in ("num_devices_used", "environment"):
+                continue
+            out.update(_numbers(v, f"{path}/{k}"))
+        return out
+    if isinstance(tree, list):
+        out = {}
+        for i, v in enumerate(tree):
+            out.update(_numbers(v, f"{path}[{i}]"))
+        return out
+    return {path: tree}
+
+
+def _study(name: str, out: Path, devices: int) -> dict:
+    env = _env(devices)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from studies.cli import main; sys.exit(main())",
+         "run", name, "--smoke", "--out", str(out)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, exact",
+    [("cluster-histograms", True), ("metastability", True), ("high-dimension", False)],
+)
+def test_studies_over_starts_give_the_numbers_of_one_device(name, exact, tmp_path):
+    """The studies whose starts are a grid of independent cells (`wb.map_cells`) give on 8
+    simulated devices the numbers of one: counts and histograms exactly; the continuous
+    high-dimension deviations to rounding (each device compiles the program for its own share
+    of the starts, so XLA may order a reduction differently)."""
+    one = _study(name, tmp_path / "one", 1)
+    eight = _study(name, tmp_path / "eight", 8)
+    assert (one["num_devices_used"], eight["num_devices_used"]) == (1, 8)
+    a, b = _numbers(one), _numbers(eight)
+    assert a.keys() == b.keys()
+    for path, x in a.items():
+        y = b[path]
+        if exact or not isinstance(x, float):
+            assert x == y, (path, x, y)
+        else:
+            assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12), (path, x, y)

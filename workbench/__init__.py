@@ -41,6 +41,7 @@ from ._formulations import (
     Projected as Projected,
 )
 from ._integrate import integrate as integrate
+from ._sharding import map_cells as map_cells
 from ._solution import RESULTS as RESULTS, Solution as Solution
 from ._step import step as step
 

@@ -78,3 +78,51 @@ class CellMesh:
     def __repr__(self) -> str:
         kind = self.devices[0].platform
         return f"CellMesh({self.size} {kind} devices, {self.num_processes} process(es))"
+
+
+def map_cells(fn, *, cells: Sequence[bool], mesh: CellMesh | None = None, out_axis: int = 0):
+    """`fn`, already batched over the leading axis of the arguments marked True in `cells` (the
+    cell axis, e.g. the starts of a `jax.vmap`), run with those arguments cut over the devices of
+    `mesh` (default: every visible device) and the others replicated; compiled once.
+
+    The returned function takes the same arguments (NumPy or JAX arrays), pads the cell axis to
+    a multiple of the device count (repeating the first cell), and returns `fn`'s outputs as
+    NumPy arrays on the host with the padding removed; `out_axis` is the cell axis of every
+    output (e.g. 1 for a `(β, start, ...)` result of nested vmaps). Each cell is computed by the
+    same program on its own device, so the values are those of one device.
+    """
+    mesh = CellMesh() if mesh is None else mesh
+    cells = tuple(bool(c) for c in cells)
+    if not any(cells):
+        raise ValueError("map_cells: mark at least one argument as a cell axis.")
+    out_spec = PartitionSpec(*([None] * out_axis), CELLS)
+    compiled = jax.jit(
+        jax.shard_map(
+            fn,
+            mesh=mesh.mesh,
+            in_specs=tuple(mesh.spec(c) for c in cells),
+            out_specs=out_spec,
+            check_vma=False,  # no collectives inside: nothing varies across devices but cells
+        )
+    )
+
+    def call(*args):
+        if len(args) != len(cells):
+            raise ValueError(f"map_cells: expected {len(cells)} arguments, got {len(args)}.")
+        lengths = {np.shape(a)[0] for a, c in zip(args, cells) if c}
+        if len(lengths) != 1:
+            raise ValueError(f"map_cells: the cell axes have different lengths {sorted(lengths)}.")
+        (length,) = lengths
+        size = -(-length // mesh.size) * mesh.size
+        placed = []
+        for a, c in zip(args, cells):
+            a = np.asarray(a)
+            if c and size > length:
+                a = np.concatenate([a, np.broadcast_to(a[:1], (size - length, *a.shape[1:]))])
+            placed.append(mesh.put(a, sharded=c))
+        out = compiled(*placed)
+        take = lambda y: np.take(mesh.gather(y), np.arange(length), axis=out_axis)
+        return jax.tree.map(take, out)
+
+    call.mesh = mesh
+    return call
