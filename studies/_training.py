@@ -60,8 +60,10 @@ def check_training_fields(config: Any) -> None:
 
 
 def fingerprint(config: Any) -> dict:
-    """The run's identity for its checkpoints: every config field."""
-    return {"study": type(config).__module__, **dataclasses.asdict(config)}
+    """The run's identity for its checkpoints: every config field but the device layout
+    (`shard_params`: a run resumes in either layout, on any device count)."""
+    fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "shard_params"}
+    return {"study": type(config).__module__, **fields}
 
 
 def optimizer(config: Any, steps: int):

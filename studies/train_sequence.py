@@ -95,6 +95,10 @@ class Config:
     """What dto's backward pass stores: none (everything), every-step or binomial."""
     checkpoint_every: int = 100
     """Steps between training checkpoints in the run folder (resume after a kill)."""
+    shard_params: bool = False
+    """Cut the parameters and optimizer state over the visible devices (fully sharded data
+    parallel, `--shard-params`) instead of replicating them; checkpoints resume in either
+    layout and on any device count."""
     certificate_examples: int = 2
     """Held-out sequences the certificate solves in float64 (0: no certificate)."""
     target_accuracy: float = 0.99
@@ -218,7 +222,7 @@ def compute(config: Config, *, run_dir=None) -> Results:
             method=T.gradient_method(config), seed=config.seed,
             eval_data=task.test, eval_every=max(steps // 5, 1), log_every=10,
             run_dir=run_dir, checkpoint_every=config.checkpoint_every,
-            fingerprint=T.fingerprint(config),
+            fingerprint=T.fingerprint(config), shard_params=config.shard_params,
         )  # fmt: skip
         accuracy = wbc.evaluate(result.model, task.test)
     return Results(

@@ -257,3 +257,17 @@ def test_real_model_dynamics_says_order_only_when_the_ladder_converges():
     good = dataclasses.replace(r, distance_to_reference=np.array([0.4, 0.2, 0.1]),
                                observed_order=1.0)  # fmt: skip
     assert s._convergence_sentence(good).startswith("observed order 1.00")
+
+
+def test_the_device_layout_is_not_part_of_a_training_runs_identity():
+    """A run checkpointed with replicated parameters resumes with sharded ones (and back): the
+    checkpoint fingerprint leaves `shard_params` out, and every other field in."""
+    import dataclasses
+
+    import studies._training as T
+    import studies.train_digits as s
+
+    c = s.smoke_config()
+    assert T.fingerprint(dataclasses.replace(c, shard_params=True)) == T.fingerprint(c)
+    assert "shard_params" not in T.fingerprint(c)
+    assert T.fingerprint(dataclasses.replace(c, seed=1)) != T.fingerprint(c)
