@@ -202,3 +202,26 @@ def test_studies_over_starts_give_the_numbers_of_one_device(name, exact, tmp_pat
             assert x == y, (path, x, y)
         else:
             assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12), (path, x, y)
+
+
+def test_map_cells_equals_the_jitted_function_and_refuses_bad_calls():
+    import jax.numpy as jnp
+
+    import workbench as wb
+
+    fn = jax.vmap(lambda a, x: (a * jnp.sin(x), jnp.sum(x**2, axis=-1)), in_axes=(None, 0))
+    x = np.random.default_rng(0).standard_normal((5, 3))
+    mapped = wb.map_cells(fn, cells=(False, True))
+    for got, want in zip(mapped(2.0, x), jax.jit(fn)(2.0, x)):
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got, np.asarray(want))
+    nested = jax.vmap(fn, in_axes=(0, None))  # (β, cell, ...) out: the cell axis is 1
+    got = wb.map_cells(nested, cells=(False, True), out_axis=1)(np.arange(2.0), x)
+    np.testing.assert_array_equal(got[1], np.asarray(jax.jit(nested)(np.arange(2.0), x)[1]))
+    with pytest.raises(ValueError, match="mark at least one argument as a cell axis"):
+        wb.map_cells(fn, cells=(False, False))
+    with pytest.raises(ValueError, match="expected 2 arguments, got 1"):
+        mapped(x)
+    two = wb.map_cells(jax.vmap(lambda x, y: x + y), cells=(True, True))
+    with pytest.raises(ValueError, match=r"the cell axes have different lengths \[4, 5\]"):
+        two(x, x[:4])

@@ -89,7 +89,16 @@ def map_cells(fn, *, cells: Sequence[bool], mesh: CellMesh | None = None, out_ax
     a multiple of the device count (repeating the first cell), and returns `fn`'s outputs as
     NumPy arrays on the host with the padding removed; `out_axis` is the cell axis of every
     output (e.g. 1 for a `(β, start, ...)` result of nested vmaps). Each cell is computed by the
-    same program on its own device, so the values are those of one device.
+    same program on its own device, so the values are those of one device (to rounding: each
+    device compiles the program for its own share of cells). See docs/scale.md.
+
+    **Example:**
+
+    ```python
+    run = jax.vmap(lambda beta, x0: wb.particles.simulate(wb.particles.SA(beta), x0, dt=0.1,
+                                                          t1=10.0), in_axes=(None, 0))
+    final = wb.map_cells(run, cells=(False, True))(4.0, starts)   # (S, n, d), NumPy
+    ```
     """
     mesh = CellMesh() if mesh is None else mesh
     cells = tuple(bool(c) for c in cells)
