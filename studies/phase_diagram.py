@@ -375,7 +375,7 @@ def report(results: Results) -> str:
         f"every {c.save_every:g}), {c.num_starts} starts per β (the same for every β), "
         f"Euler-then-renormalize dt = {c.dt:g}, {'float64' if c.x64 else 'float32'}, "
         f"δ = {c.delta:g}; cells spread over {results.num_devices_used} "
-        f"{results.platform} device(s) in {results.num_processes} process(es). Distances are in time "
+        f"{results.platform.upper()} device(s) in {results.num_processes} process(es). Distances are in time "
         f"units over the β whose Γ_∞ time is ≤ {c.t_max:g}; where the empirical 0.5 level is not "
         f"reached by t = {c.t_max:g} the gap counts as t_max − t_Γ (a lower bound). Front width: "
         "median over the β reaching 0.5 of (t_0.9 − t_0.1)/t½ (inf: 0.9 not reached).",
