@@ -67,6 +67,16 @@ def _last_json(stdout: str) -> dict:
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+def _sweep_one_process(devices: int) -> dict:
+    """The sweep driver in one process seeing `devices` CPU devices."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SWEEP, "0", "1", "0"],
+        capture_output=True, text=True, env=_env(devices), cwd=REPO, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _last_json(done.stdout)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
@@ -75,12 +85,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_eight_simulated_devices_give_the_statistics_of_one():
-    done = subprocess.run(
-        [sys.executable, "-c", _SWEEP, "0", "1", "0"],
-        capture_output=True, text=True, env=_env(8), cwd=REPO, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = _last_json(done.stdout)
+    out = _sweep_one_process(8)
     assert out["devices"] == 8
     assert out["error"] == "CellMesh.put: leading axis 3 is not a multiple of the 8 devices."
     one = out["runs"]["1"]
@@ -94,12 +99,7 @@ def test_eight_simulated_devices_give_the_statistics_of_one():
 
 @pytest.mark.slow
 def test_two_processes_give_the_statistics_of_one_process():
-    single = subprocess.run(
-        [sys.executable, "-c", _SWEEP, "0", "1", "0"],
-        capture_output=True, text=True, env=_env(1), cwd=REPO, timeout=600,
-    )  # fmt: skip
-    assert single.returncode == 0, single.stderr[-3000:]
-    want = _last_json(single.stdout)["runs"]["1"]
+    want = _sweep_one_process(1)["runs"]["1"]
 
     port = str(_free_port())
     procs = [

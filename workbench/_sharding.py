@@ -58,6 +58,19 @@ class CellMesh:
     def spec(self, sharded: bool) -> PartitionSpec:
         return PartitionSpec(CELLS) if sharded else PartitionSpec()
 
+    def shard_map(self, fn, cells: Sequence[bool], out_axis: int = 0):
+        """`jax.shard_map` of `fn` over the mesh: the arguments marked True in `cells` cut along
+        their leading axis, the others replicated; every output cut along `out_axis`. No
+        collectives inside, so no varying-axis checks (with them, a scan carry created inside
+        the function, e.g. a zero buffer, is refused)."""
+        return jax.shard_map(
+            fn,
+            mesh=self.mesh,
+            in_specs=tuple(self.spec(c) for c in cells),
+            out_specs=PartitionSpec(*([None] * out_axis), CELLS),
+            check_vma=False,
+        )
+
     def put(self, value, sharded: bool) -> jax.Array:
         value = np.asarray(value)
         if sharded and value.shape[0] % self.size:
@@ -74,6 +87,14 @@ class CellMesh:
         from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+    # Equal meshes are equal (a static argument of a jitted sweep: one compilation per mesh, not
+    # per call).
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CellMesh) and self.mesh == other.mesh
+
+    def __hash__(self) -> int:
+        return hash(self.mesh)
 
     def __repr__(self) -> str:
         kind = self.devices[0].platform
@@ -104,16 +125,7 @@ def map_cells(fn, *, cells: Sequence[bool], mesh: CellMesh | None = None, out_ax
     cells = tuple(bool(c) for c in cells)
     if not any(cells):
         raise ValueError("map_cells: mark at least one argument as a cell axis.")
-    out_spec = PartitionSpec(*([None] * out_axis), CELLS)
-    compiled = jax.jit(
-        jax.shard_map(
-            fn,
-            mesh=mesh.mesh,
-            in_specs=tuple(mesh.spec(c) for c in cells),
-            out_specs=out_spec,
-            check_vma=False,  # no collectives inside: nothing varies across devices but cells
-        )
-    )
+    compiled = jax.jit(mesh.shard_map(fn, cells, out_axis))
 
     def call(*args):
         if len(args) != len(cells):

@@ -74,10 +74,10 @@ def chunked_map(
     chunk_size: int,
     consume: Callable[[tuple[slice, ...], np.ndarray], None],
     *,
+    mesh: CellMesh,
     in_flight: int | None = None,
     progress: bool | None = None,
     desc: str = "chunks",
-    mesh: CellMesh | None = None,
 ) -> None:
     """Apply `fn` to every block of the product of the leading axes of `batch`, chunk by chunk.
 
@@ -93,37 +93,31 @@ def chunked_map(
     - `consume`: `consume(where, values)` for every chunk, in order: `where` the slices of the
       chunk along each batch axis, `values` its result on the host (a NumPy array), padding
       removed.
+    - `mesh`: the devices each chunk is spread over (one device: `CellMesh([device])`): the
+      last batch axis's blocks are a multiple of `mesh.size` and are cut over the devices, the
+      other blocks replicated (`fn` is a `jax.shard_map` over the `"cells"` axis, its result cut
+      along the last block axis); the result is gathered on every process.
     - `in_flight`: chunks dispatched before waiting for the oldest (default 2).
     - `progress`: show a progress bar over chunks (`None`: unless `WORKBENCH_PROGRESS=0`).
     - `desc`: the progress bar's label.
-    - `mesh`: spread each chunk over these devices: the last batch axis's blocks are a multiple
-      of `mesh.size` and are cut over the devices, the other blocks replicated (`fn` then is a
-      `jax.shard_map` over the `"cells"` axis, its result cut along the last block axis); the
-      result is gathered on every process.
     """
     workers = in_flight or 2
     lengths = [a.shape[0] for a in batch]
-    sizes = _block_sizes(lengths, chunk_size, 1 if mesh is None else mesh.size)
+    sizes = _block_sizes(lengths, chunk_size, mesh.size)
     counts = [-(-length // size) for length, size in zip(lengths, sizes)]
-    padded = [_pad(a, count * size) for a, count, size in zip(batch, counts, sizes)]
-    if mesh is not None:
-        padded = [np.asarray(a) for a in padded]  # each chunk goes to the devices from the host
+    # On the host: each chunk goes to the devices from there.
+    padded = [np.asarray(_pad(a, count * size)) for a, count, size in zip(batch, counts, sizes)]
     last = len(batch) - 1
 
     def place(parts):
-        if mesh is None:
-            return parts
         return [mesh.put(part, sharded=axis == last) for axis, part in enumerate(parts)]
-
-    def read(result):
-        return np.asarray(result) if mesh is None else mesh.gather(result)
 
     def collect(index, result):
         where = tuple(
             slice(i * size, min((i + 1) * size, length))
             for i, size, length in zip(index, sizes, lengths)
         )
-        values = read(result)
+        values = mesh.gather(result)
         consume(where, values[tuple(slice(0, w.stop - w.start) for w in where)])
 
     blocks = list(itertools.product(*(range(count) for count in counts)))

@@ -274,7 +274,7 @@ def phase_diagram(
     moments = _StartMoments(b.size, num_starts, ts.size, per_start, n * (n - 1) // 2)
 
     def run(betas_block, starts_block):
-        return _chunk(params, static, plan, mesh.mesh, betas_block, starts_block, *args)
+        return _chunk(params, static, plan, mesh, betas_block, starts_block, *args)
 
     def consume(where, values):
         moments.add(*where, np.asarray(values, dtype=np.float64))

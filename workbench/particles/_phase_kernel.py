@@ -9,10 +9,9 @@ import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.sharding import PartitionSpec
 from jaxtyping import Array
 
-from .._sharding import CELLS
+from .._sharding import CellMesh
 from .._types import Tokens
 from ._cluster_statistics import Gram
 from ._forms import AbstractForm
@@ -78,11 +77,11 @@ class _Kernel(eqx.Module):
 
 
 @functools.partial(jax.jit, static_argnames=("static", "plan", "mesh"))
-def _chunk(params, static, plan: _Plan, mesh, betas, starts, dt, slots, inverse, delta):
-    """`(len(betas), len(starts), T)` statistics, the starts cut over the devices of `mesh` (a
-    `jax.sharding.Mesh` with the one axis `"cells"`; `betas` and the rest replicated): each
-    device runs its own cells, no communication. (`jax.jit`, not `eqx.filter_jit`: the latter
-    waits for the result, and the host should prepare the next chunk meanwhile.)"""
+def _chunk(params, static, plan: _Plan, mesh: CellMesh, betas, starts, dt, slots, inverse, delta):
+    """`(len(betas), len(starts), T)` statistics, the starts cut over the devices of `mesh` (β
+    and the rest replicated): each device runs its own cells, no communication. (`jax.jit`, not
+    `eqx.filter_jit`: the latter waits for the result, and the host should prepare the next chunk
+    meanwhile.)"""
 
     def local(params, betas, starts, dt, slots, inverse, delta):
         kernel = eqx.combine(params, static)
@@ -90,13 +89,6 @@ def _chunk(params, static, plan: _Plan, mesh, betas, starts, dt, slots, inverse,
         # The form picks nested or flattened vmaps (measured per form; see `ReducedForm.map_pairs`).
         return kernel.form.map_pairs(one, betas, starts)
 
-    replicated, cells = PartitionSpec(), PartitionSpec(CELLS)
-    return jax.shard_map(
-        local,
-        mesh=mesh,
-        in_specs=(replicated, replicated, cells, replicated, replicated, replicated, replicated),
-        out_specs=PartitionSpec(None, CELLS),
-        # No collectives inside: the per-device program needs no varying-axis bookkeeping
-        # (with it, a scan carry created inside, e.g. a zero buffer, is refused).
-        check_vma=False,
-    )(params, betas, starts, dt, slots, inverse, delta)
+    cells = (False, False, True, False, False, False, False)  # the starts
+    sharded = mesh.shard_map(local, cells, out_axis=1)
+    return sharded(params, betas, starts, dt, slots, inverse, delta)
