@@ -140,6 +140,25 @@ def wait_for_quiet(max_wait_s: float, threshold: float = 0.1, probe_s: float = 2
         print(f"  waiting for a quiet machine: other processes use {seen:.0%} of the CPUs")
 
 
+def matmul_peaks(size: int = 2048, repeats: int = 5) -> dict[str, float]:
+    """Best-of-`repeats` GFLOP/s of a jitted `jnp.dot` of two `size × size` matrices on the
+    default device, `{"float32": ..., "float64": ...}`: the peaks a kernel's throughput is a
+    fraction of (2048 fills a CPU; an accelerator needs about 8192)."""
+    peaks = {}
+    for name, dtype in (("float32", jnp.float32), ("float64", jnp.float64)):
+        with jax.enable_x64(dtype == jnp.float64):
+            a = jax.random.normal(jax.random.key(0), (size, size), dtype)
+            dot = jax.jit(jnp.dot)
+            dot(a, a).block_until_ready()
+            best = float("inf")
+            for _ in range(repeats):
+                t = time.perf_counter()
+                dot(a, a).block_until_ready()
+                best = min(best, time.perf_counter() - t)
+        peaks[name] = 2 * size**3 / best / 1e9
+    return peaks
+
+
 def stats(samples) -> dict:
     """Median, inter-quartile range, min and max of a list of seconds."""
     a = np.asarray(samples, float)

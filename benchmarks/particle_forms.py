@@ -34,21 +34,20 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _common import RESULTS, OtherLoad, environment, stats, table, write_json  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS,
+    OtherLoad,
+    environment,
+    matmul_peaks,
+    stats,
+    table,
+    write_json,
+)
 
 from workbench import particles as P  # noqa: E402
 
 GOAL = 1.0
-
-
-def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
-    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float64)
-    dot = jax.jit(jnp.dot)
-    dot(a, a).block_until_ready()
-    best = min(_timed(lambda: dot(a, a).block_until_ready()) for _ in range(repeats))
-    return 2 * size**3 / best / 1e9
 
 
 def _timed(fn) -> float:
@@ -101,7 +100,7 @@ def main() -> None:
             4 * n * n * d + 4 * n * m * d,
         ),
     }
-    peak_before = matmul_peak()
+    peak_before = matmul_peaks()["float64"]
     first = {name: _timed(fn) for name, (fn, _) in cases.items()}
     names = list(cases)
     samples = {name: [] for name in names}
@@ -109,7 +108,7 @@ def main() -> None:
         for i in range(rounds):
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 samples[name].append(_timed(cases[name][0]))
-    peak = max(peak_before, matmul_peak())
+    peak = max(peak_before, matmul_peaks()["float64"])
     results = {}
     for name, (_, flops) in cases.items():
         s = stats(samples[name])

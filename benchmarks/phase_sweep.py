@@ -30,7 +30,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
-from _common import RESULTS, OtherLoad, environment, write_json  # noqa: E402
+from _common import RESULTS, OtherLoad, environment, matmul_peaks, write_json  # noqa: E402
 
 from workbench import particles as P  # noqa: E402
 
@@ -56,25 +56,6 @@ class Config:
     def smoke(cls, **overrides) -> "Config":
         base = dict(ds=(8, 32), num_betas=3, num_starts=16, t_max=2.0, is_smoke=True)
         return cls(**{**base, **overrides})
-
-
-def matmul_peaks(size: int, repeats: int = 5) -> dict:
-    """Best-of-`repeats` GFLOP/s of a jitted `jnp.dot` of two `size × size` matrices on the
-    default device, float32 and float64 (the peaks the kernel's throughput is a fraction of)."""
-    import jax.numpy as jnp
-
-    peaks = {}
-    for dtype in (jnp.float32, jnp.float64):
-        a = jax.random.normal(jax.random.key(0), (size, size), dtype)
-        dot = jax.jit(jnp.dot)
-        dot(a, a).block_until_ready()
-        best = float("inf")
-        for _ in range(repeats):
-            t = time.perf_counter()
-            dot(a, a).block_until_ready()
-            best = min(best, time.perf_counter() - t)
-        peaks[jnp.dtype(dtype).name] = 2 * size**3 / best / 1e9
-    return peaks
 
 
 def sweep(cfg: Config, d: int, peaks: dict) -> dict:

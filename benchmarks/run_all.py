@@ -20,7 +20,8 @@ columns, and writes:
 A script that fails is reported (its exit code and the tail of its output) and the others still
 run; the exit code is then 1.
 
-Run: `python benchmarks/run_all.py [--smoke] [--only NAME ...] [--readme]`.
+Run: `python benchmarks/run_all.py [--smoke] [--only NAME ...] [--readme]` (`--only` writes
+`<machine>_partial.json/.md` and cannot go with `--readme`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from _common import RESULTS, environment, write_json  # noqa: E402
+from _common import RESULTS, environment, matmul_peaks, write_json  # noqa: E402
 
 Row = dict
 
@@ -183,26 +184,6 @@ BENCHMARKS: list[tuple[str, str, str, Callable]] = [
 ]
 
 
-def matmul_peaks(size: int = 2048, repeats: int = 5) -> dict:
-    """Best-of-`repeats` GFLOP/s of a jitted `jnp.dot` of two `size × size` matrices."""
-    import jax
-    import jax.numpy as jnp
-
-    peaks = {}
-    for name, dtype in (("float32", jnp.float32), ("float64", jnp.float64)):
-        with jax.enable_x64(dtype == jnp.float64):
-            a = jax.random.normal(jax.random.key(0), (size, size), dtype)
-            dot = jax.jit(jnp.dot)
-            dot(a, a).block_until_ready()
-            best = float("inf")
-            for _ in range(repeats):
-                t = time.perf_counter()
-                dot(a, a).block_until_ready()
-                best = min(best, time.perf_counter() - t)
-        peaks[name] = 2 * size**3 / best / 1e9
-    return peaks
-
-
 def _run(script: str, smoke: bool) -> dict:
     """Run one script in its own process; its exit code, wall time, peak RSS and output tail."""
     cmd = [sys.executable, script] + (["--smoke"] if smoke else [])
@@ -277,6 +258,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=[b[0] for b in BENCHMARKS], default=None)
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
     args = parser.parse_args()
+    if args.only and args.readme:
+        parser.error("--readme takes the full report; drop --only")
     chosen = [b for b in BENCHMARKS if args.only is None or b[0] in args.only]
 
     t0 = time.perf_counter()
@@ -310,7 +293,8 @@ def main() -> int:
         "wall_s": time.perf_counter() - t0,
         "environment": env,
     }
-    stem = report["machine"] + ("_smoke" if args.smoke else "")
+    # A partial run (--only) does not replace the machine's full report.
+    stem = report["machine"] + ("_smoke" if args.smoke else "") + ("_partial" if args.only else "")
     write_json(os.path.join(RESULTS, f"{stem}.json"), report)
     table = markdown(report)
     from workbench.io import atomic_write_text
