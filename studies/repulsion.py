@@ -122,6 +122,8 @@ class Case:
 class Results:
     config: Config
     cases: tuple[Case, ...]
+    num_devices_used: int = 1
+    """Devices the starts were spread over (`wb.map_cells`; the numbers do not depend on it)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,7 +299,10 @@ def _case(config: Config, n: int, d: int, beta: float, flow_rng, opt_rng, chunk)
 def compute(config: Config) -> Results:
     """Run the flow and the optimizer for every (d, n, β) of `config` (float64)."""
     steps = steps_in(config.chunk_time, config.dt)
-    chunk = jax.jit(functools.partial(_chunk, dt=config.dt, num_steps=steps))
+    # The starts cut over every visible device, compiled once for every (n, d).
+    chunk = wb.map_cells(
+        functools.partial(_chunk, dt=config.dt, num_steps=steps), cells=(False, True)
+    )
     # Separate streams for the flow's and the optimizer's starts.
     flow_rng, opt_rng = (
         np.random.default_rng(s) for s in np.random.SeedSequence(config.seed).spawn(2)
@@ -308,7 +313,7 @@ def compute(config: Config) -> Results:
             _case(config, n, d, beta, flow_rng, opt_rng, chunk)
             for n, d, beta in progress(cases, desc=NAME)
         )
-    return Results(config=config, cases=done)
+    return Results(config=config, cases=done, num_devices_used=chunk.mesh.size)
 
 
 # ----------------------------------------------------------------------------------------------

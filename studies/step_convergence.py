@@ -219,16 +219,21 @@ class Results:
     reference: Reference
     rows: list[Row]
     orders: dict[str, Order]
+    num_devices_used: int = 1
+    """Devices the starts were spread over (the phase diagrams and the Gram matrices; the numbers
+    do not depend on it)."""
 
 
 def _grams(integrator, dt, betas, starts, ts) -> np.ndarray:
-    """Gram matrices `(B, S, T, n, n)` from `gram_trajectory`, jit + vmap over β and starts."""
+    """Gram matrices `(B, S, T, n, n)` from `gram_trajectory`: vmap over β and starts, the
+    starts spread over every visible device (`wb.map_cells`)."""
 
     def one(b, x):
         return wb.particles.gram_trajectory(b, x, dt=dt, save_ts=ts, integrator=integrator)
 
-    run = jax.jit(jax.vmap(jax.vmap(one, (None, 0)), (0, None)))
-    return np.asarray(run(jnp.asarray(betas), starts))
+    run = jax.vmap(jax.vmap(one, (None, 0)), (0, None))
+    # The starts (axis 1 of the result) cut over every visible device.
+    return wb.map_cells(run, cells=(False, True), out_axis=1)(betas, starts)
 
 
 def _fit(dts, errors, expected=None):
@@ -331,7 +336,7 @@ def compute(config: Config) -> Results:
         mean_at_1024_starts=float(ref.sem.mean() * scale),
     )
     reference = Reference("rk4", c.reference_dt, np.asarray(ref.fraction), sem)
-    return Results(c, betas, ts, reference, rows, orders)
+    return Results(c, betas, ts, reference, rows, orders, num_devices_used=jax.device_count())
 
 
 def _row(results: Results, name: str, dt: float) -> Row | None:
