@@ -29,11 +29,13 @@ __all__ = [
     "ConfigError",
     "check",
     "check_choices",
+    "check_devices",
     "check_divides",
     "check_multiple",
     "check_nonempty",
     "check_positive",
     "check_range",
+    "chosen_devices",
     "steps_in",
 ]
 
@@ -149,3 +151,24 @@ def check_divides(config: Any, field: str, *, into: str) -> None:
         else []
     )
     check(config, field, ok, f"it must divide {into}={whole!r}; valid: {valid}")
+
+
+def check_devices(config: Any, field: str = "devices") -> None:
+    """`field` is 0 (every visible device) or a count of at most the visible devices. The count
+    is only compared when it is not 0, so a config of 0 does not start JAX's backend (which
+    `jax.distributed.initialize()` must precede)."""
+    check_range(config, field, 0)
+    k = getattr(config, field)
+    if k:
+        import jax
+
+        visible = jax.device_count()
+        check(config, field, k <= visible, f"{visible} device(s) are visible")
+
+
+def chosen_devices(k: int) -> list:
+    """The devices a study spreads its cells over: every visible one for `k = 0`, else the first
+    `k` of `jax.devices()` (every process's devices after `jax.distributed.initialize()`)."""
+    import jax
+
+    return jax.devices()[: k or None]

@@ -21,10 +21,12 @@ import numpy as np
 import workbench as wb
 from studies._config import (
     check_choices,
+    check_devices,
     check_multiple,
     check_nonempty,
     check_positive,
     check_range,
+    chosen_devices,
     steps_in,
 )
 from studies._report import markdown_table, new_figure, progress
@@ -64,8 +66,13 @@ class Config:
     """The β of the Fig. 1 style grid (must be one of `betas`)."""
     seed: int = 0
     """Seeds the uniform random starts."""
+    devices: int = 0
+    """Devices to spread the starts over: 0 = every visible device (all processes' after
+    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
+    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
+        check_devices(self)
         check_range(self, "n", 2)
         check_nonempty(self, "betas", "dims", "snapshot_times")
         check_positive(self, "betas", allow_zero=True)
@@ -184,11 +191,12 @@ def compute(config: Config) -> Results:
             delta=config.delta,
             integrator=wb.particles.INTEGRATORS[config.integrator],
         )
-        # vmap over starts (inner) and β (outer), the starts cut over every visible device; one
+        # vmap over starts (inner) and β (outer), the starts cut over the devices; one
         # compilation per d.
         batched = wb.map_cells(
             jax.vmap(jax.vmap(run, in_axes=(None, 0)), in_axes=(0, None)),
             cells=(False, True),
+            devices=chosen_devices(config.devices),
             out_axis=1,
         )
         betas = jnp.asarray(config.betas, dtype=jnp.float64)
@@ -224,7 +232,7 @@ def compute(config: Config) -> Results:
     ]
     return Results(
         config=config,
-        num_devices_used=jax.device_count(),
+        num_devices_used=len(chosen_devices(config.devices)),
         ts=ts,
         edges=np.linspace(-1.0, 1.0, config.bins + 1),
         snapshot_times=[float(ts[k]) for k in snap],

@@ -31,10 +31,12 @@ import workbench as wb
 from studies._config import (
     check,
     check_choices,
+    check_devices,
     check_multiple,
     check_nonempty,
     check_positive,
     check_range,
+    chosen_devices,
     steps_in,
 )
 from studies._report import markdown_table, new_figure, progress
@@ -72,8 +74,13 @@ class Config:
     """The verdict accepts fitted exponents in d within this distance of −1/2."""
     seed: int = 0
     """Seeds the uniform random starts."""
+    devices: int = 0
+    """Devices to spread the starts over: 0 = every visible device (all processes' after
+    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
+    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
+        check_devices(self)
         check_range(self, "n", 2)
         check_nonempty(self, "dims", "betas")
         check_range(self, "dims", 2)
@@ -211,7 +218,11 @@ def compute(config: Config) -> Results:
             integrator=wb.particles.INTEGRATORS[config.integrator],
         )
         # Over the starts, cut over every visible device.
-        batched = wb.map_cells(jax.vmap(run, in_axes=(None, None, 0)), cells=(False, False, True))
+        batched = wb.map_cells(
+            jax.vmap(run, in_axes=(None, None, 0)),
+            cells=(False, False, True),
+            devices=chosen_devices(config.devices),
+        )
         gammas = {
             b: np.asarray(wb.particles.gamma_beta(jnp.asarray(ts), b, n, "SA"))
             for b in config.betas
@@ -265,7 +276,7 @@ def compute(config: Config) -> Results:
         )
     return Results(
         config=config,
-        num_devices_used=jax.device_count(),
+        num_devices_used=len(chosen_devices(config.devices)),
         ts=ts,
         gamma={str(b): g for b, g in gammas.items()},
         rows=rows,

@@ -25,10 +25,12 @@ import workbench as wb
 from studies._config import (
     check,
     check_choices,
+    check_devices,
     check_multiple,
     check_nonempty,
     check_positive,
     check_range,
+    chosen_devices,
     steps_in,
 )
 from studies._report import markdown_table, new_figure, progress
@@ -75,8 +77,13 @@ class Config:
     """The verdict needs the cross-check's count series to agree at this share of saved times."""
     seed: int = 0
     """Seeds the uniform random starts."""
+    devices: int = 0
+    """Devices to spread the starts over: 0 = every visible device (all processes' after
+    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
+    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
+        check_devices(self)
         check_range(self, "n", 2)
         check_range(self, "d", 2)
         check_nonempty(self, "betas", "featured_betas")
@@ -183,8 +190,12 @@ def _batched(config: Config, *, dt, t1, save_ts, integrator):
     run = functools.partial(
         _counts, dt=dt, t1=t1, save_ts=save_ts, integrator=integrator, threshold=config.threshold
     )
-    # Over the starts, cut over every visible device; β is traced (one compile).
-    return wb.map_cells(jax.vmap(run, in_axes=(None, 0)), cells=(False, True))
+    # Over the starts, cut over the devices; β is traced (one compile).
+    return wb.map_cells(
+        jax.vmap(run, in_axes=(None, 0)),
+        cells=(False, True),
+        devices=chosen_devices(config.devices),
+    )
 
 
 def _fit_growth(
@@ -261,7 +272,7 @@ def compute(config: Config) -> Results:
     )
     return Results(
         config=config,
-        num_devices_used=jax.device_count(),
+        num_devices_used=len(chosen_devices(config.devices)),
         ts=ts,
         t1=t1,
         counts=comp,

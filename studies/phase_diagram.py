@@ -39,10 +39,12 @@ import workbench as wb
 from studies._config import (
     check,
     check_choices,
+    check_devices,
     check_multiple,
     check_nonempty,
     check_positive,
     check_range,
+    chosen_devices,
 )
 from studies._report import markdown_table, new_figure, progress
 
@@ -113,10 +115,7 @@ class Config:
         check_range(self, "variant_d", 2)
         check_range(self, "variant_starts", 1)
         check_range(self, "seed", 0)
-        check_range(self, "devices", 0)
-        if self.devices:  # (0 does not start JAX's backend: jax.distributed may come later)
-            visible = jax.device_count()
-            check(self, "devices", self.devices <= visible, f"{visible} device(s) are visible")
+        check_devices(self)
 
 
 def smoke_config() -> Config:
@@ -240,7 +239,7 @@ def _summarize(pd, variant, d, wall, betas, ts, t_gamma, t_max) -> Diagram:
 
 
 def compute(config: Config) -> Results:
-    devices = jax.devices()[: config.devices or None]
+    devices = chosen_devices(config.devices)
     betas = config.beta_max * np.arange(1, config.num_betas + 1) / config.num_betas
     ts = config.save_every * np.arange(round(config.t_max / config.save_every) + 1)
     with jax.enable_x64(True):

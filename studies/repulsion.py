@@ -28,7 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 
 import workbench as wb
-from studies._config import check, check_nonempty, check_positive, steps_in
+from studies._config import (
+    check,
+    check_devices,
+    check_nonempty,
+    check_positive,
+    chosen_devices,
+    steps_in,
+)
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "repulsion"
@@ -61,8 +68,13 @@ class Config:
     """The verdict's tolerance on the relative gaps between flow, optimizer and known optimum."""
     seed: int = 0
     """Seeds the random starts of the flow and of the optimizer."""
+    devices: int = 0
+    """Devices to spread the starts over: 0 = every visible device (all processes' after
+    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
+    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
+        check_devices(self)
         check_nonempty(self, "dims", "ns", "betas")
         check(self, "dims", all(d >= 2 for d in self.dims), "every d must be >= 2")
         check(self, "ns", all(n >= 2 for n in self.ns), "every n must be >= 2")
@@ -301,7 +313,9 @@ def compute(config: Config) -> Results:
     steps = steps_in(config.chunk_time, config.dt)
     # The starts cut over every visible device, compiled once for every (n, d).
     chunk = wb.map_cells(
-        functools.partial(_chunk, dt=config.dt, num_steps=steps), cells=(False, True)
+        functools.partial(_chunk, dt=config.dt, num_steps=steps),
+        cells=(False, True),
+        devices=chosen_devices(config.devices),
     )
     # Separate streams for the flow's and the optimizer's starts.
     flow_rng, opt_rng = (

@@ -26,10 +26,12 @@ import workbench as wb
 from studies._config import (
     check,
     check_choices,
+    check_devices,
     check_multiple,
     check_nonempty,
     check_positive,
     check_range,
+    chosen_devices,
     steps_in,
 )
 from studies._report import markdown_table, new_figure, progress
@@ -79,8 +81,13 @@ class Config:
     """Times at which the Gram-matrix error is measured (the order fit uses the first)."""
     seed: int = 0
     """Seeds the random starts."""
+    devices: int = 0
+    """Devices to spread the starts over: 0 = every visible device (all processes' after
+    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
+    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
+        check_devices(self)
         check_range(self, "n", 2)
         check_range(self, "d", 2)
         check_nonempty(self, "betas", "dts", "integrators", "order_betas", "order_ts")
@@ -224,16 +231,16 @@ class Results:
     do not depend on it)."""
 
 
-def _grams(integrator, dt, betas, starts, ts) -> np.ndarray:
+def _grams(integrator, dt, betas, starts, ts, devices) -> np.ndarray:
     """Gram matrices `(B, S, T, n, n)` from `gram_trajectory`: vmap over β and starts, the
-    starts spread over every visible device (`wb.map_cells`)."""
+    starts spread over `devices` (`wb.map_cells`)."""
 
     def one(b, x):
         return wb.particles.gram_trajectory(b, x, dt=dt, save_ts=ts, integrator=integrator)
 
     run = jax.vmap(jax.vmap(one, (None, 0)), (0, None))
-    # The starts (axis 1 of the result) cut over every visible device.
-    return wb.map_cells(run, cells=(False, True), out_axis=1)(betas, starts)
+    # The starts (axis 1 of the result) cut over the devices.
+    return wb.map_cells(run, cells=(False, True), devices=devices, out_axis=1)(betas, starts)
 
 
 def _fit(dts, errors, expected=None):
@@ -261,6 +268,7 @@ def compute(config: Config) -> Results:
         key_diagram, key_order = jax.random.split(jax.random.key(c.seed))
         starts = wb.particles.random_starts(key_diagram, c.num_starts, c.n, c.d, jnp.float64)
         order_starts = wb.particles.random_starts(key_order, c.order_starts, c.n, c.d, jnp.float64)
+        devices = chosen_devices(c.devices)
 
         def diagram(integrator, dt):
             return wb.particles.phase_diagram(
@@ -271,11 +279,12 @@ def compute(config: Config) -> Results:
                 integrator=integrator,
                 delta=c.delta,
                 per_start=True,
+                devices=devices,
             )
 
         ref = diagram(rk4, c.reference_dt)
         ref_half = np.asarray(wb.particles.half_time(ts, ref.fraction), float)
-        ref_grams = _grams(rk4, c.reference_dt, c.order_betas, order_starts, order_ts)
+        ref_grams = _grams(rk4, c.reference_dt, c.order_betas, order_starts, order_ts, devices)
         runs = [(name, dt) for name in c.integrators for dt in c.dts]
         rows = []
         for name, dt in progress(runs, desc="step convergence"):
@@ -284,7 +293,7 @@ def compute(config: Config) -> Results:
             err = np.abs(pd.fraction - ref.fraction)
             half = np.asarray(wb.particles.half_time(ts, pd.fraction), float)
             both = ~np.isnan(half) & ~np.isnan(ref_half)
-            grams = _grams(integrator, dt, c.order_betas, order_starts, order_ts)
+            grams = _grams(integrator, dt, c.order_betas, order_starts, order_ts, devices)
             gram_err = np.abs(grams - ref_grams).max(axis=(0, 1, 3, 4))  # per order time
             rows.append(
                 Row(
@@ -336,7 +345,7 @@ def compute(config: Config) -> Results:
         mean_at_1024_starts=float(ref.sem.mean() * scale),
     )
     reference = Reference("rk4", c.reference_dt, np.asarray(ref.fraction), sem)
-    return Results(c, betas, ts, reference, rows, orders, num_devices_used=jax.device_count())
+    return Results(c, betas, ts, reference, rows, orders, num_devices_used=len(devices))
 
 
 def _row(results: Results, name: str, dt: float) -> Row | None:

@@ -170,11 +170,11 @@ def _numbers(tree, path=""):
     return {path: tree}
 
 
-def _study(name: str, out: Path, devices: int) -> dict:
+def _study(name: str, out: Path, devices: int, *args: str) -> dict:
     env = _env(devices)
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from studies.cli import main; sys.exit(main())",
-         "run", name, "--smoke", "--out", str(out)],
+         "run", name, "--smoke", "--out", str(out), *args],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -210,6 +210,43 @@ def test_studies_over_starts_give_the_numbers_of_one_device(name, abs_tol, tmp_p
             assert x == y, (path, x, y)
         else:
             assert math.isclose(x, y, rel_tol=1e-9, abs_tol=abs_tol), (path, x, y)
+
+
+@pytest.mark.slow
+def test_a_study_on_the_first_two_of_eight_devices_gives_the_numbers_of_one(tmp_path):
+    """`--devices 2` with 8 visible: the starts go to two devices (recorded), the counts are the
+    one-device counts exactly."""
+    one = _study("metastability", tmp_path / "one", 1)
+    two = _study("metastability", tmp_path / "two", 8, "--devices", "2")
+    assert (one["num_devices_used"], two["num_devices_used"]) == (1, 2)
+    a, b = _numbers(one), _numbers(two)
+    assert {k for k in a if "devices" in k} == {"/config/devices"}
+    assert (a.pop("/config/devices"), b.pop("/config/devices")) == (0, 2)
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["phase_diagram", "cluster_histograms", "metastability", "high_dimension", "repulsion",
+     "step_convergence"],
+)  # fmt: skip
+def test_studies_refuse_more_devices_than_visible(module):
+    import importlib
+
+    import jax
+
+    from studies._config import ConfigError
+
+    mod = importlib.import_module(f"studies.{module}")
+    visible = jax.device_count()
+    with pytest.raises(ConfigError) as err:
+        mod.Config(devices=visible + 1)
+    assert str(err.value) == (
+        f"{mod.NAME}: devices={visible + 1} is not allowed; {visible} device(s) are visible."
+    )
+    with pytest.raises(ConfigError, match=r"devices=-1 is not allowed; allowed range \[0, inf\)"):
+        mod.Config(devices=-1)
+    assert mod.Config(devices=visible).devices == visible
 
 
 def test_map_cells_equals_the_jitted_function_and_refuses_bad_calls():

@@ -101,10 +101,17 @@ class CellMesh:
         return f"CellMesh({self.size} {kind} devices, {self.num_processes} process(es))"
 
 
-def map_cells(fn, *, cells: Sequence[bool], mesh: CellMesh | None = None, out_axis: int = 0):
+def map_cells(
+    fn,
+    *,
+    cells: Sequence[bool],
+    devices: Sequence[jax.Device] | None = None,
+    out_axis: int = 0,
+):
     """`fn`, already batched over the leading axis of the arguments marked True in `cells` (the
-    cell axis, e.g. the starts of a `jax.vmap`), run with those arguments cut over the devices of
-    `mesh` (default: every visible device) and the others replicated; compiled once.
+    cell axis, e.g. the starts of a `jax.vmap`), run with those arguments cut over `devices`
+    (default `jax.devices()`: every visible device, every process's after
+    `jax.distributed.initialize()`) and the others replicated; compiled once.
 
     The returned function takes the same arguments (NumPy or JAX arrays), pads the cell axis to
     a multiple of the device count (repeating the first cell), and returns `fn`'s outputs as
@@ -121,7 +128,7 @@ def map_cells(fn, *, cells: Sequence[bool], mesh: CellMesh | None = None, out_ax
     final = wb.map_cells(run, cells=(False, True))(4.0, starts)   # (S, n, d), NumPy
     ```
     """
-    mesh = CellMesh() if mesh is None else mesh
+    mesh = CellMesh(devices)
     cells = tuple(bool(c) for c in cells)
     if not any(cells):
         raise ValueError("map_cells: mark at least one argument as a cell axis.")
