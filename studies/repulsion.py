@@ -311,7 +311,7 @@ def _case(config: Config, n: int, d: int, beta: float, flow_rng, opt_rng, chunk)
 def compute(config: Config) -> Results:
     """Run the flow and the optimizer for every (d, n, β) of `config` (float64)."""
     steps = steps_in(config.chunk_time, config.dt)
-    # The starts cut over every visible device, compiled once for every (n, d).
+    # The starts cut over the devices; one compilation per (n, d).
     chunk = wb.map_cells(
         functools.partial(_chunk, dt=config.dt, num_steps=steps),
         cells=(False, True),
