@@ -169,6 +169,39 @@ def test_splitting_order_with_interpolated_controls(rng):
         assert abs(slope - scheme.order()) < 0.3, (type(scheme).__name__, slope, errs)
 
 
+@pytest.mark.parametrize("scheme", [S.Yoshida4(), S.Suzuki4()], ids=["yoshida4", "suzuki4"])
+def test_a_composition_step_is_its_stages_left_to_right_compiled_once(scheme, rng):
+    """`step` runs a composition as a `lax.scan` over its weights; it equals the sub-flows of
+    `scheme.stages` applied one after the other (time-dependent controls, so the clock, which
+    moves in operator 0's substeps, is checked too) to 1e-14 in float64, and its program holds
+    the operators of one Strang step, not one per weight."""
+    import jax
+
+    eq = _pre_norm_model(rng).equation
+    eq = wb.Equation(
+        tuple(
+            wb.Operator(wb.Interpolated(op.term.values), wb.Interpolated(op.projection.values))
+            for op in eq.operators
+        ),
+        eq.placement,
+        eq.output,
+    )
+    u0 = jnp.asarray(rng.normal(size=(6, 8)))
+    t, tau = 0.3, 0.4
+    u, clock = u0, t
+    for k, a in scheme.stages(len(eq.operators)):  # the unrolled definition
+        u = eq.subflow(k, scheme.inner, clock, u, a * tau, None, clock_moves=(k == 0))
+        clock = clock + a * tau if k == 0 else clock
+    assert max_abs(wb.step(eq, scheme, t, u0, tau), u) <= 1e-14
+
+    def dots(fn):
+        jaxpr = jax.make_jaxpr(fn)(u0)
+        return str(jaxpr).count("dot_general")
+
+    one_strang = dots(lambda v: wb.step(eq, S.Strang(inner=scheme.inner), t, v, tau))
+    assert dots(lambda v: wb.step(eq, scheme, t, v, tau)) == one_strang
+
+
 @eqx.filter_jit
 def _ladder_solve(equation, u0, scheme, num_steps):
     # num_steps is traced: one compilation for a whole ladder of step counts.

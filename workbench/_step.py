@@ -4,13 +4,14 @@ r"""The step map `Φ(t, u, τ)` of a splitting scheme: one step of the discretiz
 exact flow, and the training methods differentiate it (`jax.vjp`) step by step.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._equation import Equation
 from ._types import KeyMask, Tokens
 from .schemes._runge_kutta import AbstractExplicitRK
-from .schemes._splitting import AbstractSplittingScheme, check_stages
+from .schemes._splitting import AbstractComposition, AbstractSplittingScheme, Strang, check_stages
 
 
 def step(
@@ -75,10 +76,35 @@ def step(
                 int
             )
         equation = equation.localize(piece)
-    clock = t
-    for k, a in stages:
-        h = a * tau
-        u = equation.subflow(k, rk, clock, u, h, mask, clock_moves=(k == 0), substeps=int(m))
-        if k == 0:
-            clock = clock + h
+    substeps = int(m)
+
+    def apply(stages, u, clock, steps):
+        # The sub-flows of `stages` left to right, the i-th over `steps[i]`.
+        for (k, _), h in zip(stages, steps):
+            u = equation.subflow(k, rk, clock, u, h, mask, clock_moves=(k == 0), substeps=substeps)
+            if k == 0:
+                clock = clock + h
+        return u, clock
+
+    if isinstance(scheme, AbstractComposition):
+        # A composition of Strang steps S_{γ_s τ} ∘ … ∘ S_{γ_1 τ}: one `lax.scan` over the
+        # weights of one Strang step's sub-flows, so its operators are compiled once, not once
+        # per weight. Row j of the table holds the substeps γ_j a_i τ, the stages' own.
+        base = Strang(inner=scheme.inner).stages(len(equation.operators))
+        fractions = np.asarray([[g * a for _, a in base] for g in scheme.weights()])
+        assert np.array_equal(fractions.reshape(-1), [a for _, a in stages])
+        dtype = jnp.result_type(t, tau, u.dtype)
+        if isinstance(tau, jax.core.Tracer):
+            table = jnp.asarray(fractions, dtype) * tau
+        else:  # products in float64, as the unrolled substeps `a * tau` of Python floats
+            table = jnp.asarray(fractions * np.asarray(tau, np.float64), dtype)
+
+        def strang(carry, steps):
+            return apply(base, *carry, steps), None
+
+        # (A step of a wider dtype than u widens u, as in the unrolled sub-flows.)
+        u = u.astype(jnp.result_type(u, table))
+        (u, _), _ = jax.lax.scan(strang, (u, jnp.asarray(t, dtype)), table)
+        return u
+    u, _ = apply(stages, u, t, [a * tau for _, a in stages])
     return u
