@@ -83,6 +83,16 @@ def _pre_norm_model(rng):
     return m
 
 
+def _interpolated(eq):
+    """The equation with its piecewise-constant controls made piecewise linear (`Interpolated`:
+    continuous in t, kinks at the layer midpoints)."""
+    ops = tuple(
+        wb.Operator(wb.Interpolated(op.term.values), wb.Interpolated(op.projection.values))
+        for op in eq.operators
+    )
+    return wb.Equation(ops, eq.placement, eq.output)
+
+
 def _reference_solve(equation, u0):
     """Unsplit reference: Dopri8 at tolerance 1e-14, restarted at every layer (controls jump)."""
     term = diffrax.ODETerm(lambda t, u, args: equation.vector_field(t, u))
@@ -139,13 +149,7 @@ def test_splitting_order_on_the_pre_norm_equation(scheme, ks, pre_norm_problem):
 @pytest.mark.slow
 def test_splitting_order_with_interpolated_controls(rng):
     # Time-dependent θ(t): the clock advances only in operator 0's substeps (augmented system).
-    model = _pre_norm_model(rng)
-    eq = model.equation
-    ops = tuple(
-        wb.Operator(wb.Interpolated(op.term.values), wb.Interpolated(op.projection.values))
-        for op in eq.operators
-    )
-    eq = wb.Equation(ops, eq.placement, eq.output)
+    eq = _interpolated(_pre_norm_model(rng).equation)
     u0 = jnp.asarray(rng.normal(size=(6, 8)))
     # Kinks of the piecewise-linear θ sit at layer midpoints: reference restarts there.
     term = diffrax.ODETerm(lambda t, u, args: eq.vector_field(t, u))
@@ -177,15 +181,7 @@ def test_a_composition_step_is_its_stages_left_to_right_compiled_once(scheme, rn
     the operators of one Strang step, not one per weight."""
     import jax
 
-    eq = _pre_norm_model(rng).equation
-    eq = wb.Equation(
-        tuple(
-            wb.Operator(wb.Interpolated(op.term.values), wb.Interpolated(op.projection.values))
-            for op in eq.operators
-        ),
-        eq.placement,
-        eq.output,
-    )
+    eq = _interpolated(_pre_norm_model(rng).equation)
     u0 = jnp.asarray(rng.normal(size=(6, 8)))
     t, tau = 0.3, 0.4
     u, clock = u0, t
@@ -226,14 +222,7 @@ def test_yoshida4_loses_its_order_with_interpolated_controls():
     model = _pre_norm_model(rng)
     u0 = jnp.asarray(rng.normal(size=(6, 8)))
     eq = model.equation
-    interpolated = wb.Equation(
-        tuple(
-            wb.Operator(wb.Interpolated(op.term.values), wb.Interpolated(op.projection.values))
-            for op in eq.operators
-        ),
-        eq.placement,
-        eq.output,
-    )
+    interpolated = _interpolated(eq)
     ks = (4, 8, 16, 32, 64)
     constant, diffs = _order_from_differences(eq, u0, S.Yoshida4(), ks)
     assert abs(constant - 4) < 0.3, (constant, diffs)
