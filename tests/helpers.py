@@ -181,3 +181,39 @@ def well_conditioned(model, key):
     LayerNorm is nearly singular and every discretization is far from its limit."""
     pos = jax.random.normal(key, model.embedding.position.shape, model.embedding.position.dtype)
     return eqx.tree_at(lambda m: m.embedding.position, model, pos)
+
+
+def run_processes(code: str, args, *, num_processes: int = 2, env=None, timeout: float = 600):
+    """Run `python -c code PORT NUM_PROCESSES PROCESS_ID *args` as `num_processes` processes on
+    this machine (the code calls `jax.distributed.initialize(f"localhost:{PORT}", ...)`; CPU
+    collectives are gloo) and return the JSON each printed on its last stdout line (gloo prints
+    its connection line on stdout too)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = str(s.getsockname()[1])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, port, str(num_processes), str(pid), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )  # fmt: skip
+        for pid in range(num_processes)
+    ]
+    outs = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            assert p.returncode == 0, stderr[-3000:]
+            outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            p.kill()
+    return outs

@@ -283,6 +283,46 @@ def test_a_checkpoint_written_on_eight_devices_continues_on_one(tmp_path):
     np.testing.assert_allclose(one["loss"][10:], eight["loss"][10:], rtol=0, atol=1e-6)
 
 
+# The same driver as N `jax.distributed` processes on this machine (one CPU device each).
+_DISTRIBUTED = (
+    textwrap.dedent(
+        """
+    import sys, jax
+    port, n, pid = sys.argv[1:4]
+    jax.distributed.initialize(f"localhost:{{port}}", num_processes=int(n), process_id=int(pid))
+    sys.argv = [sys.argv[0], *sys.argv[4:]]
+    """
+    )
+    + _DRIVER
+)
+
+
+@pytest.mark.slow
+def test_two_processes_with_sharded_parameters_train_and_checkpoint_as_one(tmp_path):
+    """Two `jax.distributed` processes, the parameters cut over both: the one-process losses to
+    1e-5, the same on both processes; process 0 alone writes the checkpoints and metrics, and its
+    step-10 checkpoint resumes in one process with the two-process losses to 1e-6."""
+    from helpers import run_processes
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               JAX_PLATFORMS="cpu")  # fmt: skip
+    code = _DISTRIBUTED.format(tests=str(REPO / "tests"))
+    outs = run_processes(code, [tmp_path, "shard"], env=env)
+    one = _run_driver(1)
+    for out in outs:
+        assert out["devices"] == 2 and out["sharded_leaves"] >= out["leaves"] // 2
+        np.testing.assert_allclose(out["loss"], one["loss"], rtol=0, atol=1e-5)
+        assert out["loss"] == outs[0]["loss"]
+    lines = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert len(lines) == 21  # the header and one row per step, written once
+    for step in (15, 20):  # keep only the step-10 checkpoint
+        for p in (tmp_path / "checkpoints").glob(f"step-{step:08d}.*"):
+            p.unlink()
+    resumed = _run_driver(1, tmp_path)
+    assert (resumed["devices"], resumed["resumed_from"]) == (1, 10)
+    np.testing.assert_allclose(resumed["loss"][10:], outs[0]["loss"][10:], rtol=0, atol=1e-6)
+
+
 def test_train_digits_verdict_follows_the_accuracy():
     import dataclasses
 

@@ -10,7 +10,6 @@ this machine (JAX's CPU collectives, gloo, for the gather).
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,8 @@ import pytest
 
 from workbench._sharding import CellMesh
 from workbench.particles._chunking import _block_sizes
+
+from helpers import run_processes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,12 +78,6 @@ def _sweep_one_process(devices: int) -> dict:
     return _last_json(done.stdout)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_eight_simulated_devices_give_the_statistics_of_one():
     out = _sweep_one_process(8)
@@ -101,27 +96,7 @@ def test_eight_simulated_devices_give_the_statistics_of_one():
 def test_two_processes_give_the_statistics_of_one_process():
     want = _sweep_one_process(1)["runs"]["1"]
 
-    port = str(_free_port())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _SWEEP, port, "2", str(pid)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(1),
-            cwd=REPO,
-        )  # fmt: skip
-        for pid in (0, 1)
-    ]
-    outs = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=600)
-            assert p.returncode == 0, stderr[-3000:]
-            outs.append(_last_json(stdout))
-    finally:
-        for p in procs:
-            p.kill()
+    outs = run_processes(_SWEEP, [], env=_env(1))
     for out in outs:  # every process holds the gathered diagram
         assert (out["devices"], out["processes"]) == (2, 2)
         for got, ref in zip(out["runs"]["2"], want):

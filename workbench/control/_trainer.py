@@ -116,6 +116,23 @@ def _mesh(devices):
     )
 
 
+def _on_host(tree):
+    """The array leaves as host NumPy arrays. A leaf spread over other processes' devices (after
+    `jax.distributed.initialize()`, with `shard_params`) is gathered first: a collective, so every
+    process calls this at the same points."""
+
+    def fetch(leaf):
+        if not isinstance(leaf, jax.Array):
+            return leaf
+        if leaf.is_fully_addressable or leaf.sharding.is_fully_replicated:
+            return np.asarray(leaf)
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+
+    return jax.tree.map(fetch, tree)
+
+
 def _leaf_sharding(leaf, replicated):
     """Shard an array over the mesh along its largest axis divisible by the device count (the
     last such axis on ties); replicate it when there is none (scalars, odd sizes)."""
@@ -292,6 +309,8 @@ def train(
     start, history = 0, []
     manager = None
     metrics_path = None
+    # Several processes (jax.distributed) run this same loop; process 0 alone writes the files.
+    writes = jax.process_index() == 0
     if run_dir is not None:
         run_dir = pathlib.Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -303,7 +322,8 @@ def train(
             start, (params, opt_state), _ = restored
         metrics_path = run_dir / "metrics.csv"
         history = _read_metrics(metrics_path, start)
-        atomic_write_text(metrics_path, _csv_text(history))
+        if writes:
+            atomic_write_text(metrics_path, _csv_text(history))
     params_layout = _layout(params, replicated, shard_params)
     state_layout = _layout(opt_state, replicated, shard_params)
     params = jax.device_put(params, params_layout)
@@ -333,14 +353,18 @@ def train(
 
     def save(step):
         if manager is not None:
-            manager.save(step, (params, opt_state), {"params_sha256": params_sha256(params)})
+            host_params, host_state = _on_host((params, opt_state))  # on every process
+            if writes:
+                manager.save(
+                    step, (host_params, host_state), {"params_sha256": params_sha256(host_params)}
+                )
 
     stop = _StopRequest()
     timed_steps, timed_seconds, compile_time = 0, 0.0, 0.0
     log_file = None
     t_start = time.perf_counter()
     try:
-        if metrics_path is not None:
+        if metrics_path is not None and writes:
             log_file = open(metrics_path, "a", newline="", encoding="utf-8")
             writer = csv.DictWriter(log_file, fieldnames=METRICS, lineterminator="\n")
         with (
@@ -419,7 +443,7 @@ def train(
     trained = eqx.combine(params, static)
     return TrainResult(
         model=trained,
-        params_sha256=params_sha256(params),
+        params_sha256=params_sha256(_on_host(params)),
         history=history,
         resumed_from=start,
         steps_per_second=timed_steps / timed_seconds if timed_seconds else float("nan"),
