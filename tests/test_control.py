@@ -112,6 +112,25 @@ def _train(model, data, tmp_path=None, **kwargs):
     return wbc.train(model, data, run_dir=tmp_path, **kwargs)
 
 
+def test_logged_learning_rate_is_the_schedule_or_empty(getkey, rng, tmp_path):
+    """Row `s` logs the rate its update used: optax's own warm-up-cosine schedule at `s - 1`
+    for the default optimizer; no rate (None, an empty CSV cell) for one without an injected
+    learning rate."""
+    import optax
+
+    model, data = tiny_model(getkey()), tiny_data(rng)
+    res = _train(model, data, steps=12, log_every=1,
+                 optimizer=wbc.default_optimizer(1e-2, steps=12, warmup=4))  # fmt: skip
+    schedule = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 4, 12, 1e-2 * 0.01)
+    want = [float(schedule(r["step"] - 1)) for r in res.history]
+    np.testing.assert_allclose([r["learning_rate"] for r in res.history], want, rtol=1e-6)
+    plain = _train(model, data, tmp_path, steps=3, log_every=1, optimizer=optax.sgd(0.1))
+    assert [r["learning_rate"] for r in plain.history] == [None, None, None]
+    header, *rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    column = header.split(",").index("learning_rate")
+    assert [row.split(",")[column] for row in rows] == ["", "", ""]
+
+
 def test_training_reduces_the_loss_and_resume_is_exact(getkey, rng, tmp_path):
     model = tiny_model(getkey())
     data = tiny_data(rng)

@@ -76,11 +76,13 @@ def default_optimizer(
     )
 
 
-def _learning_rate(opt_state) -> float:
+def _learning_rate(opt_state) -> float | None:
+    """The learning rate an `optax.inject_hyperparams` optimizer holds, or None (an empty cell in
+    `metrics.csv`) for an optimizer without one, e.g. a plain `optax.sgd` or the MSA method's."""
     for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "hyperparams")):
         if hasattr(s, "hyperparams") and "learning_rate" in s.hyperparams:
             return float(s.hyperparams["learning_rate"])
-    return float("nan")
+    return None
 
 
 @dataclasses.dataclass
