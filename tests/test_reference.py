@@ -450,7 +450,9 @@ def test_cvt_matches_hf(case, dtype):
     ref = A.hf_cvt(sd, cfg, dtype=dtype)
     out = _torch_run(ref, pixel_values=torch.from_numpy(pixels), output_hidden_states=True)
     m = A.cvt_from_hf(sd, cfg, image_size=pixels.shape[2:])
-    maps = eqx.filter_jit(jax.vmap(m.feature_maps))(jnp.asarray(pixels))
+    # The model is an argument, not closed over (equinox warns on a jitted `jax.vmap` of a bound
+    # method: its arrays would be baked into the program as constants).
+    maps = eqx.filter_jit(lambda m, x: jax.vmap(m.feature_maps)(x))(m, jnp.asarray(pixels))
     for s, ((x, _), want) in enumerate(zip(maps, out.hidden_states, strict=True)):
         _assert_close(x, want.numpy(), dtype, f"CvT {m.grids} stage {s}")
     tokens, cls = _apply_batch(m, jnp.asarray(pixels))
