@@ -20,6 +20,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 CELLS = "cells"
 
 
+def to_host(array: jax.Array) -> np.ndarray:
+    """A global array as a host NumPy array on every process. An array with shards on other
+    processes' devices (after `jax.distributed.initialize()`) is gathered first: a collective,
+    so every process calls this at the same points."""
+    if array.is_fully_addressable or array.sharding.is_fully_replicated:
+        return np.asarray(array)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
 class CellMesh:
     """A one-axis mesh (`"cells"`) over `devices` (default: `jax.devices()`, every device of every
     process).
@@ -82,11 +93,7 @@ class CellMesh:
         return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
     def gather(self, array: jax.Array) -> np.ndarray:
-        if array.is_fully_addressable:
-            return np.asarray(array)
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+        return to_host(array)
 
     # Equal meshes are equal (a static argument of a jitted sweep: one compilation per mesh, not
     # per call).

@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 from .._progress import progress_bar
+from .._sharding import to_host
 from ..io import atomic_write_text
 from ._checkpoint import CheckpointManager, params_sha256
 from ._data import Dataset, batch_indices, check_batch_size
@@ -119,20 +120,9 @@ def _mesh(devices):
 
 
 def _on_host(tree):
-    """The array leaves as host NumPy arrays. A leaf spread over other processes' devices (after
-    `jax.distributed.initialize()`, with `shard_params`) is gathered first: a collective, so every
-    process calls this at the same points."""
-
-    def fetch(leaf):
-        if not isinstance(leaf, jax.Array):
-            return leaf
-        if leaf.is_fully_addressable or leaf.sharding.is_fully_replicated:
-            return np.asarray(leaf)
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
-
-    return jax.tree.map(fetch, tree)
+    """The array leaves as host NumPy arrays, gathered across processes where sharded
+    (`to_host`: a collective, so every process calls this at the same points)."""
+    return jax.tree.map(lambda x: to_host(x) if isinstance(x, jax.Array) else x, tree)
 
 
 def _leaf_sharding(leaf, replicated):
