@@ -1,5 +1,6 @@
 """Test helpers: tree comparison, small models, the list of schemes every conformance test runs."""
 
+import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -19,11 +20,13 @@ ALL_SCHEMES = (
 
 
 def tree_allclose(x, y, *, rtol=1e-12, atol=1e-12) -> bool:
-    same = eqx.tree_equal(jax.tree.structure(x), jax.tree.structure(y))
-    if not same:
+    """Whether two pytrees have the same structure and close leaves (to assert with a message,
+    use `chex.assert_trees_all_close` directly)."""
+    try:
+        chex.assert_trees_all_close(x, y, rtol=rtol, atol=atol)
+    except AssertionError:
         return False
-    leaves = zip(jax.tree.leaves(x), jax.tree.leaves(y))
-    return all(np.allclose(a, b, rtol=rtol, atol=atol) for a, b in leaves)
+    return True
 
 
 def max_abs(a, b) -> float:

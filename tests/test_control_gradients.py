@@ -3,6 +3,7 @@ central differences and across checkpoint policies, the continuous adjoint's con
 at the scheme's order (splitting path and diffrax's BacksolveAdjoint), and the method of
 successive approximations' first step."""
 
+import chex
 import diffrax
 import equinox as eqx
 import jax
@@ -123,8 +124,8 @@ def test_msa_first_inner_step_moves_every_layer_against_the_gradient(getkey, rng
             # Adam's first step, bias-corrected: η g / (|g| + 1e-8).
             np.testing.assert_allclose(b[big], 1e-4 * a[big] / (np.abs(a[big]) + 1e-8), rtol=1e-8)
     for part in ("embedding", "head"):
-        for a, b in zip(jax.tree.leaves(getattr(g, part)), jax.tree.leaves(getattr(d, part))):
-            np.testing.assert_allclose(np.asarray(b), 0.5 * np.asarray(a), rtol=1e-10, atol=1e-14)
+        half = jax.tree.map(lambda a: 0.5 * a, getattr(g, part))
+        chex.assert_trees_all_close(getattr(d, part), half, rtol=1e-10, atol=1e-14)
 
 
 def test_extended_msa_trains(getkey, rng):
@@ -193,8 +194,7 @@ def test_checkpoint_policies_give_the_same_gradient(getkey, rng, adjoint):
     (v0, _), g0 = wbc.DiscretizeThenOptimize().value_and_direction(objective, model, xs, ys)
     (v1, _), g1 = wbc.DiscretizeThenOptimize(adjoint).value_and_direction(objective, model, xs, ys)
     assert float(v0) == pytest.approx(float(v1), rel=1e-14)
-    for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-13)
+    chex.assert_trees_all_close(g0, g1, rtol=1e-10, atol=1e-13)
 
 
 def test_checkpoint_every_needs_a_divisor(getkey):

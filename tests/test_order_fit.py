@@ -30,6 +30,28 @@ def test_confidence_interval_matches_scipy_linregress():
     assert abs(fit.ci_high - (ref.slope + t * ref.stderr)) < 1e-9
 
 
+@pytest.mark.float32
+def test_t_quantile_matches_scipy_in_float64_whatever_the_precision():
+    """The t quantile behind the confidence band, on a grid of degrees of freedom and levels,
+    within 1e-10 relative of SciPy's (float64 also when x64 is off: the float32 pass runs it)."""
+    import jax
+
+    from workbench.analysis._student_t import t_quantile
+
+    stats = pytest.importorskip("scipy.stats", reason="scipy (studies extra) gives the reference")
+    x64 = jax.config.jax_enable_x64
+    for dof in (1, 2, 3, 5, 8, 13, 30, 100, 1000):
+        for q in (1e-4, 0.05, 0.3, 0.5, 0.6, 0.9, 0.975, 0.995, 1 - 0.05 / 15 / 2, 1 - 1e-6):
+            ref = stats.t.ppf(q, dof)
+            got = t_quantile(q, dof)
+            assert isinstance(got, float)
+            assert abs(got - ref) <= 1e-10 * abs(ref) + 1e-14, (q, dof, got, ref)
+    assert jax.config.jax_enable_x64 == x64  # the float64 context is scoped, not global
+    for q, dof in ((0.0, 3), (1.0, 3), (0.9, 0)):
+        with pytest.raises(ValueError, match="t_quantile"):
+            t_quantile(q, dof)
+
+
 def test_window_drops_pre_asymptotic_points_and_the_round_off_floor():
     h = 0.5 / 2 ** np.arange(10)
     e = 1e-3 * h**4 * (1 + 20 * h**2) + 1e-14  # pre-asymptotic at large h, floor at small h
