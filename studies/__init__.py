@@ -30,7 +30,12 @@ so a notebook, a test or the training loop can call `compute` and get numbers wi
   word is `Yes`, `No` or `Partly`, and it says `No` when the numbers do. Every study has a test
   that builds failing `Results` and checks that the verdict flips.
 
-The harness (`studies._harness.run_study`) writes `config.json` (the config, whether it is a
+Optional: `Config.estimated_peak_bytes() -> int` (the harness refuses, before any folder is
+made, a config that cannot fit in the memory available) and `run_identity(config) -> dict` (the
+fields that make two runs the same run; default: every field but `devices` and `shard_params`).
+
+The harness (`studies._harness.run_study`) locks the run folder, refuses another study or config
+there, records the run's state in `run.json`, writes `config.json` (the config, whether it is a
 smoke run, and the environment) before calling `compute`, then `results.json`, the figures and
 `report.md` (the verdict, then the report), all atomically. In a notebook::
 

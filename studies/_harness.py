@@ -1,16 +1,18 @@
 """Run studies and write their run folders: the part of `workbench run` / `workbench tour` that
 does not parse a command line, so tests and notebooks can call it directly.
 
-A run folder holds `config.json` (written before the study computes, so even a crashed run says
-what it was), `results.json` (the study's `Results`, numbers only), one PNG per figure, and
-`report.md` (the verdict first, then the report). A study whose `compute` takes `run_dir=` also
-writes there while it computes (training: `checkpoints/`, `metrics.csv`), and running it again
-on the same folder resumes. See the `studies` package docstring for the protocol a study module
-follows.
+A run folder holds `run.json` (its state: `running`, `complete`, `failed`, `interrupted`; see
+`studies._run_folder`, which also locks the folder and refuses another study or config there),
+`config.json` (written before the study computes, so even a crashed run says what it was),
+`results.json` (the study's `Results`, numbers only), one PNG per figure, and `report.md` (the
+verdict first, then the report). A study whose `compute` takes `run_dir=` also writes there
+while it computes (training: `checkpoints/`, `metrics.csv`), and running it again on the same
+folder resumes. See the `studies` package docstring for the protocol a study module follows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -18,7 +20,7 @@ import pathlib
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any, TextIO
 
@@ -26,9 +28,20 @@ from workbench.io import atomic_write_json, atomic_write_text, environment, new_
 
 from ._overrides import config_fields
 from ._report import code_block, demote_headings, have_matplotlib, markdown_table, save_figure
+from ._run_folder import (
+    RUN_FILE,
+    RunFolder,
+    RunFolderError,
+    check_memory,
+    check_out,
+    open_run,
+    read_run,
+    run_identity,
+)
 
 __all__ = [
     "RESERVED_FIELDS",
+    "RunFolderError",
     "StudyError",
     "VERDICT_WORDS",
     "check_study",
@@ -38,7 +51,7 @@ __all__ = [
     "study_question",
 ]
 
-RESERVED_FIELDS = ("smoke", "out", "help")
+RESERVED_FIELDS = ("smoke", "out", "help", "overwrite", "resume")
 """Config field names a study may not use: the command line uses them for itself."""
 
 VERDICT_WORDS = ("Yes", "No", "Partly")
@@ -53,8 +66,8 @@ def check_study(module: ModuleType, name: str | None = None) -> ModuleType:
     """Check that `module` follows the study protocol; return it unchanged.
 
     Checks: a module docstring; `NAME` and `SUMMARY` strings (and `NAME == name` when `name` is
-    given); `Config` a frozen dataclass with no field named `smoke`, `out` or `help`, whose fields
-    all have defaults; `Results` a dataclass; callable `smoke_config`, `compute`, `figures`,
+    given); `Config` a frozen dataclass with no field named as a command-line option
+    (`RESERVED_FIELDS`), whose fields all have defaults; `Results` a dataclass; callable `smoke_config`, `compute`, `figures`,
     `report` and `verdict`.
 
     **Raises:** `StudyError` naming the module and what is missing or wrong.
@@ -151,17 +164,33 @@ def checked_verdict(module: ModuleType, results: Any) -> str:
 
 
 def run_study(
-    module: ModuleType, config: Any, out: str | os.PathLike[str], smoke: bool = False
+    module: ModuleType,
+    config: Any,
+    out: str | os.PathLike[str],
+    smoke: bool = False,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    command: Sequence[str] | None = None,
+    on_start: Callable[[RunFolder], None] | None = None,
 ) -> Any:
-    """Run one study and write its run folder `out`.
+    """Run one study and write its run folder `out`, as one transaction.
 
-    Steps: check `module` (`check_study`) and that `config` is a `module.Config`; create `out`;
-    write `out/config.json` = `{"study", "smoke", "config", "environment"}`; `results =
-    module.compute(config)`; write `out/results.json`; save each of `module.figures(results)` as
-    `out/<name>.png` (skipped, and said in the report, when matplotlib is missing); write
-    `out/report.md` = the verdict, then `module.report(results)`, then the figures embedded
-    (`![name](name.png)`). Every file is written
-    atomically. If `compute` raises, the exception propagates and only `config.json` is left.
+    Before anything is created: check `module` (`check_study`) and that `config` is a
+    `module.Config`; refuse an `out` that cannot be a run folder and a config whose
+    `estimated_peak_bytes()` exceeds the available memory (`RunFolderError`). Then lock `out`
+    (a second process on it stops with `RunFolderError` naming the first) and compare it with
+    the run it holds (`run.json`): another study or config is refused unless `overwrite`; this
+    very run, complete, is not run again (returns `None`); this run unfinished runs again in
+    place (a study whose `compute` takes `run_dir=` resumes from its checkpoints). Then write
+    `run.json` (`running`) and `config.json` = `{"study", "smoke", "config", "environment"}`;
+    `results = module.compute(config)`; write `results.json`, each of `module.artifacts(results)`
+    (where defined), each of `module.figures(results)` as `<name>.png` (skipped, and said in the
+    report, when matplotlib is missing), `report.md` = the verdict, then `module.report(results)`,
+    then the figures embedded; and last `run.json` = `complete`, with the verdict and the end
+    time. Every file is written atomically. If `compute` raises, `run.json` says `failed` (with
+    the error) or, for `KeyboardInterrupt` (Ctrl-C; SIGTERM is turned into one here),
+    `interrupted`, and the exception propagates.
 
     Precision is not changed here: `compute` chooses its own (e.g. `jax.enable_x64(True)`).
 
@@ -169,10 +198,15 @@ def run_study(
 
     - `module`: the study module.
     - `config`: an instance of `module.Config`.
-    - `out`: the run folder; created if missing. Existing files of the same names are replaced.
+    - `out`: the run folder; created if missing.
     - `smoke`: recorded in `config.json` (the sizes themselves come from `config`).
+    - `overwrite`: remove the outputs of the run `out` holds first, whatever it is.
+    - `resume`: require an unfinished run of this config in `out` to continue.
+    - `command`: the command line recorded in `run.json` (default `sys.argv`).
+    - `on_start`: called with the open `RunFolder` once it is locked and says `running` (the
+      command prints its "running" line there, so a refused run prints only the refusal).
 
-    **Returns:** the `Results`.
+    **Returns:** the `Results`, or `None` when `out` already held this run, complete.
 
     ```python
     import studies, studies._harness as h
@@ -186,15 +220,42 @@ def run_study(
             f"run_study: config must be an instance of {module.__name__}.Config, "
             f"got {type(config).__name__}."
         )
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_out(out)
+    check_memory(module.NAME, config)
+    env = environment()
+    with (
+        open_run(
+            out,
+            study=module.NAME,
+            identity=run_identity(module, config),
+            config=config,
+            resumable=accepts_run_dir(module),
+            overwrite=overwrite,
+            resume=resume,
+            command=command,
+            environment=env,
+        ) as folder,
+        _sigterm_as_interrupt(),
+    ):
+        if folder.already_complete:
+            return None
+        if on_start is not None:
+            on_start(folder)
+        results = _compute_and_write(module, config, folder.path, smoke=smoke, env=env)
+        folder.finish("complete", verdict=checked_verdict(module, results))
+    return results
+
+
+def _compute_and_write(
+    module: ModuleType, config: Any, out: pathlib.Path, *, smoke: bool, env: Mapping[str, Any]
+) -> Any:
     atomic_write_json(
         out / "config.json",
         {
             "study": module.NAME,
             "smoke": bool(smoke),
             "config": dataclasses.asdict(config),
-            "environment": environment(),
+            "environment": env,
         },
     )
     if accepts_run_dir(module):
@@ -222,6 +283,10 @@ def run_study(
                 f"study {module.NAME!r}: artifacts() file name {file_name!r} must be a plain "
                 "'<name>.json' inside the run folder."
             )
+        if file_name in (RUN_FILE, "config.json", "results.json"):
+            raise StudyError(
+                f"study {module.NAME!r}: artifacts() may not replace the harness's {file_name}."
+            )
         atomic_write_json(out / file_name, content)
     if have_matplotlib():
         figures = module.figures(results)
@@ -237,6 +302,29 @@ def run_study(
         )
     atomic_write_text(out / "report.md", f"**Verdict.** {verdict}\n\n{text.strip()}\n")
     return results
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `KeyboardInterrupt`, as Ctrl-C does, so a killed run is recorded as
+    interrupted (the training loop installs its own handler that checkpoints first). Only in
+    the main thread, where Python delivers signals."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        del frame
+        raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # --------------------------------------------------------------------------------------------
@@ -386,12 +474,16 @@ def _tour_one(name: str, registry: Mapping[str, str], out: pathlib.Path, *, full
         summary = module.SUMMARY
         config = default_config(module, smoke=not full)
         results = run_study(module, config, out, smoke=not full)
-        verdict = checked_verdict(module, results)
+        if results is None:  # the folder already held this run, complete: keep it as it is
+            verdict = (read_run(out) or {}).get("verdict") or ""
+        else:
+            verdict = checked_verdict(module, results)
     except Exception as e:
         wall = time.perf_counter() - start
         trace = traceback.format_exc()
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "traceback.txt", trace)
+        if not isinstance(e, RunFolderError):  # the folder is another run's: write nothing there
+            out.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(out / "traceback.txt", trace)
         return _Outcome(name, summary, False, wall, trace, f"{type(e).__name__}: {e}")
     wall = time.perf_counter() - start
     report = (out / "report.md").read_text(encoding="utf-8")

@@ -2,16 +2,24 @@
 
 ```
 workbench list
-workbench run <study> [--smoke] [--out DIR] [--FIELD VALUE ...]
+workbench run <study> [--smoke] [--out DIR] [--overwrite | --resume] [--FIELD VALUE ...]
 workbench run <study> --help        # the study's question and its Config fields
 workbench tour [--out DIR] [--full]
 ```
+
+A run folder holds one run (`studies._run_folder`): its `run.json` says `running`, `complete`,
+`failed` or `interrupted`; one process writes it at a time (a second one on the same `--out`
+stops at once, exit 2); another study or config is refused there unless `--overwrite`; the same
+command on a complete folder says "already complete" and changes nothing; on an unfinished one
+it runs again in place (the training studies resume from their checkpoints). Ctrl-C or SIGTERM
+end with one line, the folder marked `interrupted`, exit code 130.
 
 Each study chooses its own precision inside `compute` (float64 for the numerical-analysis
 studies, in a scoped `jax.enable_x64` context); this command changes no global JAX setting.
 Mistakes on the command line (an unknown study or field, a value of the wrong type, a value out
 of its allowed range) are reported on stderr in one line with exit code 2, before any folder is
-made and before any compute.
+made and before any compute; so are an `--out` that cannot be a run folder and a config whose
+estimated peak memory exceeds what the machine has.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ __all__ = ["main"]
 
 _PROG = "workbench"
 _EXIT_USAGE = 2
+_EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process stopped by Ctrl-C
+_RUN_SWITCHES = ("--smoke", "--overwrite", "--resume", "-h", "--help")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,9 +51,18 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `workbench` command with `argv` (default `sys.argv[1:]`); return the exit code.
 
-    Exit codes: 0 success; 1 a study failed (or, for `list`, could not be loaded); 2 a usage
-    error (unknown command, study or field, or an unreadable value).
+    Exit codes: 0 success (or the run was already complete); 1 a study failed (or, for `list`,
+    could not be loaded); 2 a usage error (unknown command, study or field, an unreadable value,
+    a run folder in use or holding another run); 130 interrupted (Ctrl-C, SIGTERM).
     """
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before or after a run (the run itself reports its own)
+        print(f"{_PROG}: interrupted.", file=sys.stderr)
+        return _EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _top_parser()
     if argv and not argv[0].startswith("-") and argv[0] not in _COMMANDS:
@@ -102,7 +121,7 @@ def _cmd_list(argv: list[str]) -> int:
 def _run_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=f"{_PROG} run",
-        usage=f"{_PROG} run <study> [--smoke] [--out DIR] [--FIELD VALUE ...]",
+        usage=f"{_PROG} run <study> [--smoke] [--out DIR] [--overwrite | --resume] [--FIELD VALUE ...]",
         description=(
             "Run one study. Extra --FIELD VALUE pairs override fields of the study's Config "
             f"(see `{_PROG} run <study> --help`)."
@@ -113,6 +132,16 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true", help="shrunken sizes, runs in seconds")
     parser.add_argument(
         "--out", metavar="DIR", help="output folder (default: runs/<study>-<timestamp>)"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="remove the outputs of the run the folder holds (another study or config) first",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the folder's unfinished run of this config (training studies)",
     )
     parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     return parser
@@ -131,7 +160,7 @@ def _split_run_args(tokens: Sequence[str]) -> tuple[list[str], list[tuple[str, s
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        if token in ("--smoke", "-h", "--help") or token.startswith("--out="):
+        if token in _RUN_SWITCHES or token.startswith("--out="):
             known.append(token)
             i += 1
         elif token == "--out":
@@ -175,7 +204,7 @@ def _cmd_run(argv: list[str]) -> int:
     import studies
     from workbench.io import new_run_dir
 
-    from ._harness import StudyError, check_study, default_config, run_study
+    from ._harness import StudyError, accepts_run_dir, check_study, default_config, run_study
     from ._overrides import OverrideError, apply_overrides, parse_overrides
 
     try:
@@ -200,20 +229,61 @@ def _cmd_run(argv: list[str]) -> int:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return _EXIT_USAGE
 
-    out = pathlib.Path(args.out) if args.out else new_run_dir("runs", args.study)
+    from ._run_folder import RunFolderError, check_memory, check_out, read_run
+
+    try:  # before any folder exists: an --out that cannot be one, a run that cannot fit
+        if args.out is not None:
+            check_out(args.out)
+        check_memory(args.study, config)
+    except RunFolderError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return _EXIT_USAGE
+    out = pathlib.Path(args.out) if args.out is not None else new_run_dir("runs", args.study)
     mode = "smoke" if args.smoke else "full"
-    print(f"{args.study} ({mode}): running, outputs in {out}", file=sys.stderr, flush=True)
     start = time.perf_counter()
+
+    def started(folder) -> None:
+        what = "resuming its unfinished run" if folder.resuming else "running"
+        print(f"{args.study} ({mode}): {what}, outputs in {out}", file=sys.stderr, flush=True)
     try:
-        run_study(module, config, out, smoke=args.smoke)
+        results = run_study(
+            module,
+            config,
+            out,
+            smoke=args.smoke,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            command=[_PROG, "run", *argv],
+            on_start=started,
+        )
+    except RunFolderError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return _EXIT_USAGE
+    except KeyboardInterrupt:
+        record = read_run(out) or {}
+        again = "resume" if accepts_run_dir(module) else "run it again"
+        print(
+            f"{args.study}: interrupted at {record.get('ended_utc', 'an unknown time')} after "
+            f"{time.perf_counter() - start:.1f} s; run folder {out} marked interrupted; rerun "
+            f"the same command to {again}.",
+            file=sys.stderr,
+        )
+        return _EXIT_INTERRUPTED
     except Exception:
         traceback.print_exc()
         print(
-            f"{args.study}: FAILED after {time.perf_counter() - start:.1f} s; "
-            f"partial outputs in {out}",
+            f"{args.study}: FAILED after {time.perf_counter() - start:.1f} s; run folder {out} "
+            "marked failed (its run.json has the error); rerun the same command to try again.",
             file=sys.stderr,
         )
         return 1
+    if results is None:
+        record = read_run(out) or {}
+        print(
+            f"{args.study}: already complete in {out} (finished {record.get('ended_utc')}); "
+            "nothing was run and every file is as it was. Give --overwrite to run it again."
+        )
+        return 0
     print(f"{args.study}: done in {time.perf_counter() - start:.1f} s; outputs in {out}:")
     for path in sorted(p for p in out.iterdir() if not p.name.startswith(".")):
         print(f"  {path}")

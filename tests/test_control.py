@@ -462,7 +462,16 @@ def test_train_digits_resumes_after_sigkill_with_the_same_hash(tmp_path):
         == list(range(10, want["num_steps"] + 1, 10))
         + ([] if want["num_steps"] % 10 == 0 else [want["num_steps"]])
     )
-    # The same folder with another learning rate: refused before training, naming the field.
-    changed = _cli(tmp_path / "killed", "--learning-rate", "0.01")
-    assert changed.returncode != 0
-    assert "learning_rate: 0.003 -> 0.01" in changed.stderr
+    # The same folder with another learning rate: refused before training, naming the field,
+    # and every file as it was (the run folder's lock and run.json, before the checkpoints).
+    folder = tmp_path / "killed"
+    before = {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    changed = _cli(folder, "--learning-rate", "0.01")
+    assert changed.returncode == 2
+    assert "another config (learning_rate=0.003 there, 0.01 now)" in changed.stderr
+    # The finished run, rerun: "already complete", its timings and every file kept.
+    again = _cli(folder)
+    assert again.returncode == 0 and "already complete" in again.stdout
+    assert {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()} == before
+    assert json.loads((folder / "run.json").read_text())["state"] == "complete"
+    assert got["steps_per_second"] > 0 and got["compile_time_s"] > 0

@@ -484,7 +484,7 @@ def test_run_study_writes_config_results_figures_and_report(tmp_path, fake_regis
     config = squares.Config(n=24, weights=(0.5, 2.0))
     returned = _harness.run_study(squares, config, tmp_path / "run", smoke=True)
     out = tmp_path / "run"
-    assert _listing(out) == ["config.json", "report.md", "results.json", "squares.png"]
+    assert _listing(out) == ["config.json", "report.md", "results.json", "run.json", "squares.png"]
     assert (out / "squares.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     results = json.loads((out / "results.json").read_text())
@@ -511,12 +511,15 @@ def test_run_study_rejects_bad_results_without_writing_them(tmp_path, fake_regis
     squares.compute = lambda config: {"value": 1}
     with pytest.raises(_harness.StudyError, match="compute\\(\\) must return a Results, got dict"):
         _harness.run_study(squares, squares.Config(), tmp_path)
-    assert _listing(tmp_path) == ["config.json"]
+    assert _listing(tmp_path) == ["config.json", "run.json"]
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["state"] == "failed" and "compute() must return a Results" in record["error"]
 
     squares.compute = lambda config: squares.Results(config, 1, object(), np.zeros(1))
     with pytest.raises(TypeError, match=r"results\.json\.closed_form"):
-        _harness.run_study(squares, squares.Config(), tmp_path)
-    assert _listing(tmp_path) == ["config.json"]
+        _harness.run_study(squares, squares.Config(), tmp_path)  # the same run, again in place
+    assert _listing(tmp_path) == ["config.json", "run.json"]
+    assert len(json.loads((tmp_path / "run.json").read_text())["attempts"]) == 1
 
     squares.compute = lambda config: squares.Results(config, 1, 1, np.zeros(1))
     squares.verdict = lambda results: "Looks fine"

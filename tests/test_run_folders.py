@@ -1,0 +1,390 @@
+"""Run folders as transactions (`studies._run_folder`, `workbench run`): the state in `run.json`,
+one writer at a time, another study or config refused, a finished run left as it was, Ctrl-C
+and SIGTERM recorded as `interrupted` with one line, usage errors before any folder, sizes that
+cannot fit refused before compute.
+
+The studies here are small modules written to disk (so subprocesses can import them too); the
+reproductions with real studies (phase-diagram) are marked slow."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import studies
+from studies import _harness, _run_folder, cli
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+_STUDY = '''"""Is the sum of 1..n equal to n(n+1)/2?"""
+import dataclasses
+import time
+
+NAME = "{name}"
+SUMMARY = "Triangular numbers."
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    n: int = 10
+    seconds: float = 0.0
+    devices: int = 0
+    gib: float = 0.0
+
+    def estimated_peak_bytes(self):
+        return int(self.gib * 2**30)
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    total: int
+
+
+def smoke_config():
+    return Config()
+
+
+def compute(config):
+    deadline = time.monotonic() + config.seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return Results(config, sum(range(1, config.n + 1)))
+
+
+def figures(results):
+    return {{}}
+
+
+def report(results):
+    return f"sum = {{results.total}}"
+
+
+def verdict(results):
+    ok = results.total == results.config.n * (results.config.n + 1) // 2
+    return ("Yes" if ok else "No") + f". {{results.total}}"
+'''
+
+_NAMES = {"tri": "_wb_runfolder_tri", "other": "_wb_runfolder_other"}
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch):
+    """Two on-disk studies, `tri` and `other`, registered; `PYTHONPATH` for subprocesses."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name, module in _NAMES.items():
+        (source / f"{module}.py").write_text(_STUDY.format(name=name))
+    monkeypatch.syspath_prepend(str(source))
+    monkeypatch.setattr(studies, "STUDIES", dict(_NAMES))
+    return source
+
+
+def _snapshot(folder: pathlib.Path) -> dict:
+    """Every file under `folder` with its bytes and modification time."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _run(*argv) -> int:
+    return cli.main(["run", *map(str, argv)])
+
+
+def _record(folder) -> dict:
+    return json.loads((pathlib.Path(folder) / "run.json").read_text())
+
+
+def _subprocess(source, argv, **kwargs) -> subprocess.Popen:
+    """`workbench run ...` in a fresh interpreter with the on-disk studies registered."""
+    code = (
+        "import sys, studies\n"
+        f"studies.STUDIES.update({_NAMES!r})\n"
+        "from studies.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(REPO)])}
+    return subprocess.Popen(
+        [sys.executable, "-c", code, "run", *map(str, argv)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def _wait_for_state(folder: pathlib.Path, state: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = _run_folder.read_run(folder)
+        if record and record.get("state") == state:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{folder} never reached state {state!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# state
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_complete_run_records_its_state(registry, tmp_path):
+    out = tmp_path / "run"
+    assert _run("tri", "--n", 24, "--out", out) == 0
+    record = _record(out)
+    assert record["state"] == "complete" and record["study"] == "tri"
+    assert record["command"] == ["workbench", "run", "tri", "--n", "24", "--out", str(out)]
+    assert record["config"] == {"n": 24, "seconds": 0.0, "devices": 0, "gib": 0.0}
+    # The identity leaves out the device layout; its hash is the canonical JSON's sha256.
+    assert record["identity"] == {"n": 24, "seconds": 0.0, "gib": 0.0}
+    assert record["identity_sha256"] == _run_folder.fingerprint(record["identity"])
+    assert record["verdict"] == "Yes. 300"
+    assert record["pid"] == os.getpid() and record["attempts"] == []
+    assert record["started_utc"] <= record["ended_utc"] and record["wall_time_s"] >= 0
+    env = json.loads((out / "config.json").read_text())["environment"]
+    assert record["git_commit"] == env["git_commit"]
+    assert record["workbench_version"] == env["packages"]["workbench"]
+
+
+# --------------------------------------------------------------------------------------------
+# another study or config: refused, nothing written; --overwrite replaces
+# --------------------------------------------------------------------------------------------
+
+
+def test_another_config_is_refused_and_the_folder_is_untouched(registry, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("tri", "--n", 10, "--out", out) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert _run("tri", "--n", 12, "--out", out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "holds a run of tri with another config (n=10 there, 12 now), complete" in err[0]
+    assert "--overwrite" in err[0]
+    assert _snapshot(out) == before
+    # The device layout is not part of the identity: the same run, already complete.
+    assert _run("tri", "--n", 10, "--devices", 2, "--out", out) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert _snapshot(out) == before
+
+
+def test_another_study_is_refused_then_overwrite_removes_the_old_outputs(
+    registry, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    assert _run("tri", "--out", out) == 0
+    (out / "old-figure.png").write_bytes(b"\x89PNG stale")
+    before = _snapshot(out)
+    assert _run("other", "--out", out) == 2
+    assert "holds a run of 'tri', complete" in capsys.readouterr().err
+    assert _snapshot(out) == before
+    assert _run("other", "--n", 5, "--out", out, "--overwrite") == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json",
+        "report.md",
+        "results.json",
+        "run.json",
+    ]
+    assert _record(out)["study"] == "other" and _record(out)["attempts"] == []
+    assert json.loads((out / "results.json").read_text())["total"] == 15
+
+
+def test_a_folder_of_other_files_is_never_a_run_folder(registry, tmp_path, capsys):
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "thesis.tex").write_text("keep me")
+    for extra in ((), ("--overwrite",)):
+        assert _run("tri", "--out", out, *extra) == 2
+        assert "holds files that are not a workbench run ('thesis.tex')" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"]
+
+
+# --------------------------------------------------------------------------------------------
+# a finished run, rerun
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_finished_run_rerun_changes_nothing(registry, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("tri", "--n", 7, "--out", out) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert _run("tri", "--n", 7, "--out", out) == 0
+    said = capsys.readouterr().out
+    assert f"tri: already complete in {out}" in said and "nothing was run" in said
+    assert _snapshot(out) == before  # bytes and modification times
+    assert (
+        _harness.run_study(studies.get_study("tri"), studies.get_study("tri").Config(n=7), out)
+        is None
+    )
+
+
+def test_resume_flag_needs_an_unfinished_run_of_a_resumable_study(registry, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("tri", "--out", out, "--resume") == 2
+    assert "tri cannot resume" in capsys.readouterr().err
+    assert not out.exists()
+    assert _run("tri", "--out", out, "--resume", "--overwrite") == 2
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------
+# one writer at a time
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_second_process_on_a_locked_folder_stops_at_once(registry, tmp_path):
+    out = tmp_path / "run"
+    first = _subprocess(registry, ["tri", "--seconds", 60, "--out", out])
+    try:
+        _wait_for_state(out, "running")
+        start = time.monotonic()
+        second = _subprocess(registry, ["tri", "--seconds", 60, "--out", out])
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert f"is in use by process {first.pid} on " in lines[0]
+        assert "`workbench run tri --seconds 60 --out" in lines[0]
+        assert time.monotonic() - start < 60  # it did not wait for the first
+        assert _record(out)["pid"] == first.pid and _record(out)["state"] == "running"
+    finally:
+        first.kill()
+        first.communicate()
+
+
+# --------------------------------------------------------------------------------------------
+# Ctrl-C and SIGTERM
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_says_one_line_and_is_marked(registry, tmp_path, signum):
+    out = tmp_path / "run"
+    proc = _subprocess(registry, ["tri", "--seconds", 60, "--out", out])
+    try:
+        _wait_for_state(out, "running")
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in err, err
+    record = _record(out)
+    assert record["state"] == "interrupted" and record["ended_utc"]
+    assert lines[1] == (
+        f"tri: interrupted at {record['ended_utc']} after {lines[1].split(' after ')[1].split()[0]}"
+        f" s; run folder {out} marked interrupted; rerun the same command to run it again."
+    )
+
+
+def test_an_interrupted_run_resumes_with_its_history(registry, tmp_path):
+    out = tmp_path / "run"
+    proc = _subprocess(registry, ["tri", "--seconds", 0.5, "--out", out])
+    # Interrupt it while it runs, then run the same command to the end.
+    _wait_for_state(out, "running")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert _run("tri", "--seconds", 0.5, "--out", out) == 0
+    record = _record(out)
+    assert record["state"] == "complete" and record["resumed"] is True
+    assert [a["state"] for a in record["attempts"]] == ["interrupted"]
+    assert record["attempts"][0]["wall_time_s"] >= 0
+
+
+# --------------------------------------------------------------------------------------------
+# usage errors: one line, exit 2, no folder
+# --------------------------------------------------------------------------------------------
+
+
+def test_out_that_cannot_be_a_run_folder(registry, tmp_path, capsys):
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("mine")
+    cases = [
+        ("", "--out '' is empty"),
+        (a_file, "is an existing file, not a folder"),
+        (a_file / "sub", "is a file, so the folder cannot be made"),
+    ]
+    for out, words in cases:
+        assert _run("tri", "--out", out) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+    assert a_file.read_text() == "mine"
+
+
+def test_out_in_a_folder_that_cannot_be_written(registry, tmp_path, capsys):
+    if os.geteuid() == 0:  # root writes through permission bits: use a kernel folder
+        parent = pathlib.Path("/proc/sys")
+        if os.access(parent, os.W_OK | os.X_OK):
+            pytest.skip("no folder on this machine is read-only for root")
+    else:
+        parent = tmp_path / "locked"
+        parent.mkdir()
+        parent.chmod(0o555)
+    out = parent / "run"
+    assert _run("tri", "--out", out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not writable by this user" in err[0], err
+    assert not out.exists()
+
+
+def test_a_config_that_cannot_fit_is_refused_before_compute(registry, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run("tri", "--gib", 2**20, "--out", out) == 2  # a PiB
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tri: this config needs an estimated 1.0 PiB at its peak" in err[0]
+    assert "available" in err[0]
+    assert not out.exists()
+    available, _ = _run_folder.available_memory_bytes()
+    assert 0 < available < 2**50
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_real_study_over_a_finished_folder_of_another_seed(tmp_path):
+    """The reproduction: phase-diagram seed 0 finished in P; seed 1 there is refused without
+    touching it; seed 1 in a fresh folder, Ctrl-C while it computes: one line, exit 130, the
+    folder marked interrupted; the same command again finishes it."""
+    out = tmp_path / "P"
+    cmd = [sys.executable, "-m", "studies", "run", "phase-diagram", "--smoke", "--out", str(out)]
+    env = dict(os.environ, WORKBENCH_PROGRESS="0")
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(out)
+    refused = subprocess.run([*cmd, "--seed", "1"], capture_output=True, text=True, cwd=REPO,
+                             env=env, timeout=600)  # fmt: skip
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "another config (seed=0 there, 1 now)" in refused.stderr
+    assert _snapshot(out) == before
+
+    other = tmp_path / "P1"
+    cmd1 = [*cmd[:-1], str(other), "--seed", "1"]
+    proc = subprocess.Popen(cmd1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env=env)  # fmt: skip
+    _wait_for_state(other, "running")
+    time.sleep(1.0)  # inside compute
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2, err
+    assert "marked interrupted; rerun the same command to run it again." in err
+    assert _record(other)["state"] == "interrupted"
+    assert not (other / "results.json").exists()
+    done = subprocess.run(cmd1, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert _record(other)["state"] == "complete"
+    assert [a["state"] for a in _record(other)["attempts"]] == ["interrupted"]
+    # Seeds 0 and 1 give different starts: the two folders hold two different runs.
+    r0 = json.loads((out / "results.json").read_text())
+    r1 = json.loads((other / "results.json").read_text())
+    assert r0["config"]["seed"] == 0 and r1["config"]["seed"] == 1
