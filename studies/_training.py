@@ -57,13 +57,60 @@ def check_training_fields(config: Any) -> None:
             pathlib.Path(config.plan).is_file(),
             "a plan.json written by `workbench run plan`",
         )
+        read_plan(config)
+
+
+def read_plan(config: Any) -> wba.DiscretizationPlan:
+    """The plan file of `config.plan`, read; `ConfigError` naming the file (one line) when it is
+    not JSON or not a plan."""
+    try:
+        return wba.DiscretizationPlan.load(config.plan)
+    except (OSError, ValueError) as e:
+        reason = " ".join(str(e).split())  # one line, whatever the parser said
+    # Outside the `except`: the ConfigError alone, not chained to the parser's error.
+    check(config, "plan", False, f"the file is not a readable plan: {reason}")
+    raise AssertionError("unreachable: check() raised")
+
+
+LAYOUT_FIELDS = ("shard_params", "checkpoint_every")
+"""Config fields of how a run is executed and saved, not what it computes: a run resumes with
+other values (any device layout and count, another checkpoint interval)."""
+
+ANALYSIS_FIELDS = {
+    "studies.train_digits": ("certificate_examples", "target_accuracy"),
+    "studies.train_sequence": ("certificate_examples", "target_accuracy"),
+    "studies.depth_refinement": ("ladder", "examples", "max_change"),
+    "studies.regularization_cost": ("plan_scheme", "tolerance", "ladder", "examples", "max_drop"),
+    "studies.msa_vs_gradient": ("window", "max_excess"),
+}
+"""Per training study (its module), the config fields read only after training — the
+certificate, the error ladder of the trained model, the verdict's thresholds, the averaging
+window — so changing them neither changes a trained trajectory nor blocks a resume. Fields that
+choose *which* trainings run (`kinetic_weights`, `include_basic`, ...) stay in the identity."""
 
 
 def fingerprint(config: Any) -> dict:
-    """The run's identity for its checkpoints: every config field but the device layout
-    (`shard_params`: a run resumes in either layout, on any device count)."""
-    fields = {k: v for k, v in dataclasses.asdict(config).items() if k != "shard_params"}
-    return {"study": type(config).__module__, **fields}
+    """The run's identity, JSON-able: the study (its module) and every config field that decides
+    the trained trajectories. Left out: `LAYOUT_FIELDS` and the study's `ANALYSIS_FIELDS`. The
+    plan enters by its contents (`{"method", "steps_per_layer", "sha256"}` of the plan read
+    back), not its path: a plan regenerated at the same path is another run; a plan moved
+    elsewhere is the same. `wbc.train` adds the model, optimizer, data and seed it sees to this
+    (its own fingerprint), and a study's trainings add their variant."""
+    import hashlib
+    import json
+
+    module = type(config).__module__
+    skip = set(LAYOUT_FIELDS) | set(ANALYSIS_FIELDS.get(module, ()))
+    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+    if fields.get("plan") is not None:
+        plan = read_plan(config)
+        text = json.dumps(plan.to_dict(), sort_keys=True)
+        fields["plan"] = {
+            "method": plan.method,
+            "steps_per_layer": plan.steps_per_layer,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        }
+    return json.loads(json.dumps({"study": module, **fields}))
 
 
 def optimizer(config: Any, steps: int):
@@ -118,15 +165,19 @@ def objective(config: Any) -> wbc.Objective:
 
 
 def load_plan(config: Any) -> wba.DiscretizationPlan | None:
-    """The plan of `config.plan`, checked against the model: same width, depth, heads and
-    feed-forward width, a pre-norm equation, and a splitting scheme (what the trainer runs)."""
+    """The plan of `config.plan`, checked against the model: same width, depth, heads,
+    feed-forward width and activation, a pre-norm equation, and a splitting scheme (what the
+    trainer runs). A plan that records no activation predates the field: `workbench run plan`
+    always planned GELU models, so it counts as `"gelu"`."""
     if config.plan is None:
         return None
-    plan = wba.DiscretizationPlan.load(config.plan)
+    plan = read_plan(config)
     want = {"d": config.d, "num_layers": config.num_layers, "num_heads": config.num_heads,
-            "dim_feedforward": config.hidden, "equation": "pre-norm"}  # fmt: skip
-    wrong = [f"{k}: plan {plan.model.get(k)!r}, model {v!r}" for k, v in want.items()
-             if plan.model.get(k) != v]  # fmt: skip
+            "dim_feedforward": config.hidden, "equation": "pre-norm",
+            "activation": config.activation}  # fmt: skip
+    have = {"activation": "gelu", **plan.model}
+    wrong = [f"{k}: plan {have.get(k)!r}, model {v!r}" for k, v in want.items()
+             if have.get(k) != v]  # fmt: skip
     if wrong:
         raise ConfigError(
             f"plan={config.plan!r} was written for another model ({'; '.join(wrong)}); make a "
@@ -178,12 +229,13 @@ def subfolder(run_dir, name: str):
 
 
 def curve(result: wbc.TrainResult) -> dict:
-    """The logged objective against the step and against the training seconds (the time since
-    the start minus the first step's compilation)."""
+    """The logged objective against the step and against the training seconds (`elapsed_s`:
+    the run's cumulative training time, compilation excluded, continued across resumes, so
+    never decreasing)."""
     rows = result.history
     return {
         "steps": np.asarray([r["step"] for r in rows], int),
-        "seconds": np.asarray([r["elapsed_s"] for r in rows]) - result.compile_time_s,
+        "seconds": np.asarray([r["elapsed_s"] for r in rows], float),
         "objective": np.asarray([r["objective"] for r in rows]),
     }
 

@@ -31,12 +31,16 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
 )
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "plan"
 SUMMARY = "Cheapest method and steps per layer meeting a tolerance; writes plan.json for training."
 
+ACTIVATION = "gelu"
+"""The feed-forward activation of the planned model (recorded in `plan.json`'s `model`; training
+refuses a plan made for another activation)."""
 SPLITTING = tuple(k for k, v in wba.METHODS.items() if v[2] == "splitting")
 PILOT_START = {1: 8, 2: 4, 3: 4, 4: 2, 5: 2, 8: 1}
 """Steps per layer of the first pilot point, by declared order."""
@@ -105,7 +109,25 @@ class Config:
         check(self, "reference_steps_per_layer", ok, "it must be >= 2 (Richardson halves it)")
         ok = self.num_eigenvalues <= self.krylov_dim
         check(self, "num_eigenvalues", ok, f"it must be <= krylov_dim={self.krylov_dim}")
-        check_range(self, "seed", 0)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): the model's solves
+        (`_memory.encoder_solve_bytes`: parameters and the 13 stages of Dopri8, one state at a
+        time; a candidate's steps are not stored), the states saved along the trajectory for
+        the spectra (8 steps per layer) and the Arnoldi basis (`krylov_dim + 1` vectors of `n ·
+        d`) with its Hessenberg matrix and one Jacobian-vector product's activations."""
+        from studies import _memory as M
+
+        size = self.n * self.d
+        solve = M.encoder_solve_bytes(n=self.n, d=self.d, hidden=self.dim_feedforward,
+                                      heads=self.num_heads, layers=self.num_layers)  # fmt: skip
+        saved = M.array_bytes(8 * self.num_layers + 1, size)
+        krylov = M.array_bytes(self.krylov_dim + 1, size + self.krylov_dim)
+        jvp = M.array_bytes(
+            2, M.attention_layer_floats(self.n, self.d, self.dim_feedforward, self.num_heads)
+        )
+        return solve + saved + krylov + jvp
 
 
 def smoke_config() -> Config:
@@ -271,7 +293,7 @@ def compute(config: Config) -> Results:
         )
         norm_first = config.equation == "pre-norm"
         equation = wb.architectures.encoder_from_torch(
-            sd, num_heads=config.num_heads, norm_first=norm_first, activation="gelu"
+            sd, num_heads=config.num_heads, norm_first=norm_first, activation=ACTIVATION
         ).equation
         ref = wba.reference_solution(equation, u0, steps_per_layer=config.reference_steps_per_layer)
         eigs = _spectra(equation, u0, config)
@@ -300,6 +322,7 @@ def compute(config: Config) -> Results:
                 "num_heads": config.num_heads,
                 "dim_feedforward": config.dim_feedforward,
                 "equation": config.equation,
+                "activation": ACTIVATION,
                 "weights": "random",
                 "seed": config.seed,
                 "error": "max-abs at T against Dopri8 "

@@ -63,7 +63,11 @@ class DiscretizationPlan:
       decaying part of the Jacobian spectra along the trajectory (`inf`: unconstrained).
     - `step`: `piece_length / steps_per_layer`; `stable`: `step ≤ largest_stable_step`.
     - `candidates`: per method considered, the same numbers (for the record).
-    - `model`: what the plan was made for (sizes, weights, equation).
+    - `model`: what the plan was made for: `workbench run plan` records the sizes (`d`, `n`,
+      `num_layers`, `num_heads`, `dim_feedforward`), the `equation` (pre-norm or post-norm),
+      the feed-forward `activation`, the weights and the error measure. Training checks the
+      sizes, equation and activation against its model (a plan without `activation` predates
+      the field; every such plan was made with GELU).
     """
 
     method: str
@@ -108,17 +112,30 @@ class DiscretizationPlan:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "DiscretizationPlan":
-        """Read a plan written by `save` (or by `workbench run plan`: its `plan.json`)."""
-        data = json.loads(pathlib.Path(path).read_text())
+        """Read a plan written by `save` (or by `workbench run plan`: its `plan.json`).
+
+        **Raises:** `ValueError` naming the file, on one line, when it is not a plan: not UTF-8
+        JSON, not a JSON object, another schema, missing or unknown fields, invalid values.
+        (`OSError` when it cannot be read at all, e.g. missing.)"""
+        hint = "expected a plan.json written by `workbench run plan`"
+        try:
+            data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+            raise ValueError(f"{path}: not JSON ({type(e).__name__}: {e}); {hint}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a JSON {type(data).__name__}, not a plan object; {hint}")
         if data.get("schema") != SCHEMA:
-            raise ValueError(
-                f"{path}: schema {data.get('schema')!r} is not {SCHEMA!r}; is this a plan.json "
-                "written by `workbench run plan`?"
-            )
-        data.pop("schema")
-        data["candidates"] = tuple(data.get("candidates", ()))
-        data["largest_stable_step"] = float(data["largest_stable_step"])
-        return cls(**data)
+            raise ValueError(f"{path}: schema {data.get('schema')!r} is not {SCHEMA!r}; {hint}")
+        data = {k: v for k, v in data.items() if k != "schema"}
+        try:
+            data["candidates"] = tuple(data.get("candidates", ()))
+            data["largest_stable_step"] = float(data["largest_stable_step"])
+            if not isinstance(data.get("model", {}), dict):
+                raise ValueError(f"model={data['model']!r} must be an object")
+            return cls(**data)
+        except (KeyError, TypeError, ValueError) as e:
+            what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+            raise ValueError(f"{path}: not a valid plan ({what}); {hint}") from None
 
 
 def steps_for_tolerance(fit, tolerance: float, piece_length: float, *, safety: float = 0.8) -> int:

@@ -16,7 +16,11 @@ from ._checkpoint import (
     CheckpointMismatch as CheckpointMismatch,
     params_sha256 as params_sha256,
 )
-from ._data import Dataset as Dataset, batch_indices as batch_indices
+from ._data import (
+    Dataset as Dataset,
+    batch_indices as batch_indices,
+    check_data as check_data,
+)
 from ._gradients import (
     AbstractGradientMethod as AbstractGradientMethod,
     DiscretizeThenOptimize as DiscretizeThenOptimize,

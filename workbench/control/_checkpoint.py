@@ -10,11 +10,19 @@ A checkpoint of step `k` is two files in the checkpoint folder:
   file, the run's fingerprint (its configuration) and free metadata.
 
 Both are written atomically (temporary file, `fsync`, rename), so a kill leaves either the whole
-checkpoint or none of it. Restoring walks the manifests from the newest: one whose data file is
-missing or does not match its checksum is reported (a `UserWarning` naming it) and skipped for the
-previous one. A manifest whose fingerprint differs from the current run's raises
-`CheckpointMismatch` naming the fields that changed: a run is never silently continued with
-another configuration.
+checkpoint or none of it. The manifest also records the state's structure: the path, dtype and
+shape of every leaf.
+
+Restoring walks the manifests from the newest and tells corruption from a mismatch:
+
+- *corruption* — an unreadable manifest, a missing data file, or one that does not match its
+  checksum (a truncated or damaged file) — is reported (a `UserWarning` naming it) and skipped
+  for the previous checkpoint;
+- a *mismatch* — the manifest's fingerprint differs from the current run's, or the state's
+  structure differs from the one saved (another width, depth or optimizer), or an intact data
+  file does not fit the state — raises `CheckpointMismatch` naming what differs. Nothing in the
+  folder is touched: a run is never silently continued, restarted or overwritten with another
+  configuration.
 
 Why equinox serialisation and not orbax-checkpoint: the state is one small pytree on one host;
 `tree_serialise_leaves` writes it with the library's own dependencies (orbax adds tensorstore,
@@ -23,8 +31,11 @@ restored tree is host arrays that `jax.device_put` places onto any device layout
 a mesh of eight alike).
 """
 
+import dataclasses
+import functools
 import hashlib
 import json
+import math
 import pathlib
 import re
 import warnings
@@ -34,13 +45,23 @@ import numpy as np
 
 from ..io import atomic_open, atomic_write_json
 
-__all__ = ["CheckpointManager", "CheckpointMismatch", "params_sha256"]
+__all__ = [
+    "CheckpointManager",
+    "CheckpointMismatch",
+    "array_text",
+    "describe",
+    "differences",
+    "params_sha256",
+    "state_structure",
+]
 
 _NAME = re.compile(r"^step-(\d{8,})\.json$")
 
 
 class CheckpointMismatch(ValueError):
-    """The run folder holds checkpoints of a run with another configuration."""
+    """The run folder holds a run with another configuration, model or optimizer: the message
+    names what differs (old -> new). Nothing of the old run was changed; use a new run folder
+    (or the original settings)."""
 
 
 def params_sha256(tree) -> str:
@@ -69,13 +90,144 @@ def _sha256_file(path: pathlib.Path) -> str:
     return h.hexdigest()
 
 
-def _differences(old: dict, new: dict) -> list[str]:
-    keys = sorted(set(old) | set(new))
-    return [
-        f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}"
-        for k in keys
-        if old.get(k) != new.get(k)
-    ]
+_ABSENT = "(absent)"
+
+
+def differences(old, new, prefix: str = "") -> list[str]:
+    """`"path: old -> new"` for every leaf where two JSON-like values differ, dicts and lists
+    compared entry by entry (so a changed width names the arrays whose shapes changed, not the
+    whole model); a key present on one side only shows `(absent)` on the other."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            k = str(k)
+            name = f"{prefix}{'' if k[:1] in '.[' else '.'}{k}" if prefix else k
+            out += differences(old.get(k, _ABSENT), new.get(k, _ABSENT), name)
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        out = []
+        for i, (a, b) in enumerate(zip(old, new)):
+            out += differences(a, b, f"{prefix}[{i}]")
+        return out
+    if old == new:
+        return []
+    return [f"{prefix or '(value)'}: {_short(old)} -> {_short(new)}"]
+
+
+def _short(value, limit: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def mismatch_message(folder, changed: list[str], limit: int = 8) -> str:
+    """The one-line `CheckpointMismatch` message: the first `limit` differences, how many more,
+    and what to do."""
+    shown = "; ".join(changed[:limit])
+    if len(changed) > limit:
+        shown += f"; and {len(changed) - limit} more"
+    return (
+        f"the run in {folder} was written with another configuration or model ({shown}); "
+        "resuming would mix two runs, and nothing of the old run was changed. Rerun with the "
+        "original settings, or use a new run folder."
+    )
+
+
+def array_text(a) -> str:
+    """`"dtype[shape]"` of an array, e.g. `"float32[64,8]"` (`"key<fry>[2]"` for PRNG keys)."""
+    return f"{a.dtype}[{','.join(str(int(n)) for n in np.shape(a))}]"
+
+
+def describe(value, *, array_values: bool = True, _depth: int = 0):
+    """A JSON-able description of `value`, stable across processes and machines, for a run's
+    fingerprint.
+
+    Equinox modules, dataclasses and named tuples become `{"type": qualified name, field:
+    description, ...}`; lists, tuples and dicts are described entry by entry; numbers, strings,
+    booleans and None are themselves (non-finite floats as the strings `"nan"`, `"inf"`,
+    `"-inf"`, so that equal values compare equal); a function is its qualified name, with the
+    values of its closure cells (a factory's arguments) and a `functools.partial`'s arguments;
+    any other object is its type's qualified name. Arrays are `"dtype[shape]"` and, with
+    `array_values` (or for a non-floating array: indices, masks), also their values (up to 16
+    entries) or a SHA-256 of them (larger). `array_values=False` describes a model's parameters
+    by structure only. Object addresses never appear (a default `repr` would differ between
+    processes)."""
+    import jax
+
+    if _depth > 32:  # a self-referencing closure or structure
+        return _qualname(type(value))
+    deeper = functools.partial(describe, array_values=array_values, _depth=_depth + 1)
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (complex, np.complexfloating)):
+        return repr(complex(value))
+    if eqx.is_array(value) or isinstance(value, np.ndarray):
+        text = array_text(value)
+        if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+            value = jax.random.key_data(value)
+        elif not array_values and jax.dtypes.issubdtype(value.dtype, np.inexact):
+            return text
+        host = np.asarray(jax.device_get(value))
+        if host.size <= 16:
+            return {"array": text, "values": [describe(x) for x in host.ravel().tolist()]}
+        return {"array": text, "sha256": params_sha256(host)}
+    if isinstance(value, eqx.Module) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        fields = {f.name: deeper(getattr(value, f.name, None)) for f in dataclasses.fields(value)}
+        return {"type": _qualname(type(value)), **fields}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple (optax states)
+        return {
+            "type": _qualname(type(value)),
+            **{k: deeper(getattr(value, k)) for k in value._fields},
+        }
+    if isinstance(value, (list, tuple)):
+        return [deeper(x) for x in value]
+    if isinstance(value, dict):
+        return {str(k): deeper(v) for k, v in value.items()}
+    if isinstance(value, functools.partial):
+        return {
+            "partial": deeper(value.func),
+            "args": [deeper(x) for x in value.args],
+            "keywords": {k: deeper(v) for k, v in value.keywords.items()},
+        }
+    if callable(value) and hasattr(value, "__qualname__"):
+        name = _qualname(value)
+        cells = getattr(value, "__closure__", None) or ()
+        names = getattr(getattr(value, "__code__", None), "co_freevars", ())
+        closure = {}
+        for cell_name, cell in zip(names, cells):
+            try:
+                closure[cell_name] = deeper(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        return {"function": name, "closure": closure} if closure else name
+    return _qualname(type(value))
+
+
+def _qualname(obj) -> str:
+    module = getattr(obj, "__module__", None) or ""
+    return f"{module}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def state_structure(tree) -> dict:
+    """`{leaf path: "dtype[shape]"}` of a pytree's array and number leaves: what
+    `eqx.tree_deserialise_leaves` must find again to read a checkpoint back."""
+    import jax
+
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if eqx.is_array(leaf) or isinstance(leaf, np.ndarray):
+            out[jax.tree_util.keystr(path)] = array_text(leaf)
+        elif isinstance(leaf, (bool, int, float, complex, np.generic)):
+            out[jax.tree_util.keystr(path)] = type(leaf).__name__
+    return out
 
 
 class CheckpointManager:
@@ -126,6 +278,7 @@ class CheckpointManager:
                 "data": data.name,
                 "sha256": _sha256_file(data),
                 "fingerprint": self.fingerprint,
+                "structure": state_structure(state),
                 "metadata": metadata or {},
             },
         )
@@ -137,16 +290,20 @@ class CheckpointManager:
     def restore(self, like):
         """`(step, state, metadata)` of the newest valid checkpoint, or `None` if there is none.
 
-        `like` is a pytree with the structure, shapes and dtypes of the saved state.
+        `like` is a pytree with the structure, shapes and dtypes of the saved state. A corrupted
+        checkpoint (unreadable manifest, missing data file, checksum mismatch) is skipped with a
+        `UserWarning` for the previous one.
 
-        **Raises:** `CheckpointMismatch` if a checkpoint was written by another configuration.
+        **Raises:** `CheckpointMismatch` if a checkpoint was written by another configuration
+        (fingerprint) or for a state of another structure; nothing in the folder is changed.
         """
+        want = state_structure(like)
         for step in self.steps():
             manifest = self._manifest(step)
             try:
                 info = json.loads(manifest.read_text(encoding="utf-8"))
                 fingerprint = info["fingerprint"]
-            except (OSError, ValueError, KeyError) as e:
+            except (OSError, ValueError, KeyError, TypeError) as e:
                 warnings.warn(
                     f"checkpoint {manifest} is unreadable ({type(e).__name__}: {e}); using the "
                     "previous checkpoint.",
@@ -154,25 +311,19 @@ class CheckpointManager:
                     stacklevel=2,
                 )
                 continue
-            if fingerprint != self.fingerprint:
-                changed = "; ".join(_differences(fingerprint, self.fingerprint))
-                raise CheckpointMismatch(
-                    f"the checkpoints in {self.folder} were written by a run with another "
-                    f"configuration ({changed}); resuming would mix two runs. Rerun with the "
-                    "original settings, or use a new output folder."
-                )
+            changed = differences(fingerprint, self.fingerprint)
+            # Manifests written before the structure was recorded have none: an intact data file
+            # that does not fit `like` below is then the mismatch.
+            if "structure" in info:
+                changed += differences(info["structure"], want, "state")
+            if changed:
+                raise CheckpointMismatch(mismatch_message(self.folder, changed))
             data = self._data(step)
             problem = None
             if not data.exists():
                 problem = "its data file is missing"
             elif _sha256_file(data) != info.get("sha256"):
                 problem = "its data file does not match the manifest's SHA-256 (corrupted)"
-            if problem is None:
-                try:
-                    with open(data, "rb") as f:
-                        state = eqx.tree_deserialise_leaves(f, like)
-                except Exception as e:  # a truncated or malformed record
-                    problem = f"its data cannot be read ({type(e).__name__}: {e})"
             if problem is not None:
                 warnings.warn(
                     f"checkpoint of step {step} in {self.folder} is not usable: {problem}; "
@@ -181,5 +332,20 @@ class CheckpointManager:
                     stacklevel=2,
                 )
                 continue
+            try:
+                with open(data, "rb") as f:
+                    state = eqx.tree_deserialise_leaves(f, like)
+            except (
+                Exception
+            ) as e:  # the file is intact (checksum): it was written for another state
+                raise CheckpointMismatch(
+                    mismatch_message(
+                        self.folder,
+                        [
+                            f"state: the intact step-{step} data does not fit "
+                            f"({type(e).__name__}: {e})"
+                        ],
+                    )
+                ) from e
             return step, state, info.get("metadata", {})
         return None

@@ -11,12 +11,17 @@ per-step kinetic cost `c_n(u; θ) = (λ_K/n)‖Φ_n(u) − u‖²/τ`, one itera
 
 $$\tilde H_l(θ) = \operatorname{mean}_i \sum_{n\in l}\Big[H_n(u^i_n, q^i_{n+1}, θ)
   + \tfrac{ρ}{2}\|u^i_{n+1} - Φ_n(u^i_n; θ)\|^2
-  + \tfrac{ρ}{2}\|q^i_n - ∇_u H_n(u^i_n, q^i_{n+1}, θ)\|^2\Big] + λ_θ h\|θ\|^2
-  + g_s\cdot θ,$$
+  + \tfrac{ρ}{2}\|q^i_n - ∇_u H_n(u^i_n, q^i_{n+1}, θ)\|^2\Big] + C\big(θ^{(l)}\big),$$
 
    from the current θ (`ρ = 0`: the basic MSA; `ρ > 0`: the extended MSA, whose penalties keep
-   the new controls where the forward and backward equations still hold). `g_s` is the
-   gradient of the smoothness cost, which couples the layers, at the current θ.
+   the new controls where the forward and backward equations still hold). `C = Σ_c c` is the
+   sum of the objective's control costs (any `AbstractControlCost`, evaluated by its own
+   `__call__`), at `θ^{(l)} = (θ̄_1, …, θ̄_{l−1}, θ, θ̄_{l+1}, …, θ̄_L)`: layer `l` replaced,
+   the others at their current values θ̄. A layer-separable cost, `C(θ) = Σ_l c_l(θ_l)`
+   (`ControlNorm`: `c_l = λ_θ h‖θ_l‖²`), contributes exactly `c_l(θ) + const`; a cost that
+   couples layers (`ControlSmoothness`) is minimized for each layer with its neighbours held
+   (a Jacobi sweep). Either way `∇_θ \tilde H_l` at `θ = θ̄_l` is `∂J/∂θ_l`, the discrete
+   gradient. A cost that has no derivative in the controls is refused by name.
 
 The embedding, the output map and the head are not controls of the equation: they take a
 gradient step of size `outer_learning_rate` (their exact gradients come from the same costates).
@@ -36,7 +41,7 @@ from .._integrate import integrate
 from .._step import step
 from ._adjoint import _add, _controls, _piece
 from ._gradients import AbstractGradientMethod
-from ._objective import ControlNorm, ControlSmoothness, accuracy
+from ._objective import accuracy
 
 __all__ = ["SuccessiveApproximations"]
 
@@ -49,6 +54,51 @@ def _layer_equation(equation: Equation, ctrl) -> Equation:
         for term, proj in ctrl
     )
     return Equation(ops, equation.placement, equation.output)
+
+
+def _with_controls(transformer, ctrl):
+    """`transformer` with its operators' control values replaced by `ctrl` (the structure of
+    `_controls(transformer.equation)`), so that a control cost can be evaluated on them."""
+
+    def nodes(t):
+        ops = t.equation.operators
+        return [op.term.values for op in ops] + [
+            op.projection.values for op in ops if op.projection is not None
+        ]
+
+    values = [term for term, _ in ctrl] + [proj for _, proj in ctrl if proj is not None]
+    return eqx.tree_at(nodes, transformer, values)
+
+
+def _check_costs(costs, transformer, theta, static):
+    """Refuse, by name, a control cost that is not a real scalar or that cannot be
+    differentiated with respect to the controls (the Hamiltonian step needs its gradient).
+    Shapes only: `jax.eval_shape` computes nothing."""
+    for c in costs:
+        name = type(c).__name__
+        try:
+            out = eqx.filter_eval_shape(c, transformer)
+        except Exception as err:  # a tracing failure, reported against the cost's name
+            raise TypeError(
+                f"SuccessiveApproximations: the control cost {name} cannot be evaluated on the "
+                f"model's transformer: {type(err).__name__}: {err}"
+            ) from err
+        if getattr(out, "shape", None) != () or not jnp.issubdtype(out.dtype, jnp.floating):
+            raise TypeError(
+                f"SuccessiveApproximations: the control cost {name} returns {out!r}; an "
+                "AbstractControlCost must return a real scalar."
+            )
+        try:
+            eqx.filter_eval_shape(
+                jax.grad(lambda th: c(_with_controls(transformer, eqx.combine(th, static)))),
+                theta,
+            )
+        except Exception as err:
+            raise TypeError(
+                f"SuccessiveApproximations: the control cost {name} cannot be differentiated "
+                "with respect to the controls (the MSA minimizes it inside the Hamiltonian "
+                f"step; write it with jax.numpy): {type(err).__name__}: {err}"
+            ) from err
 
 
 def _positive(name, value, integer=False):
@@ -150,27 +200,16 @@ class SuccessiveApproximations(AbstractGradientMethod):
         u_n = by_layer(jnp.swapaxes(states[:, :-1], 0, 1))  # (L, k, B, n, d)
         u_n1 = by_layer(jnp.swapaxes(states[:, 1:], 0, 1))
         q_n1, q_n = by_layer(q_next), by_layer(q_prev)
-        h = eq.piece_length
-        norm_weight = sum(c.weight for c in objective.controls if isinstance(c, ControlNorm))
-        smooth = tuple(c for c in objective.controls if isinstance(c, ControlSmoothness))
-
-        def smooth_cost(ctrls):
-            total = 0.0
-            for c in smooth:
-                for term, proj in ctrls:
-                    for x in jax.tree.leaves(eqx.filter((term, proj), eqx.is_inexact_array)):
-                        total = total + c.weight * jnp.sum((x[1:] - x[:-1]) ** 2) / h
-            return total
-
-        g_smooth = (
-            jax.grad(lambda c: smooth_cost(c))(eqx.filter(controls, eqx.is_inexact_array))
-            if smooth
-            else None
-        )
         rho = self.rho
+        theta, static = eqx.partition(controls, eqx.is_inexact_array)
+        costs = tuple(objective.controls)
+        _check_costs(costs, tr, theta, static)
 
-        def layer_objective(theta, static, u, u1, q, q1, gs):
-            ctrl = eqx.combine(theta, static)
+        def control_cost(transformer):
+            return sum((c(transformer) for c in costs), jnp.zeros((), loss.dtype))
+
+        def layer_objective(theta_l, layer, u, u1, q, q1):
+            ctrl = eqx.combine(theta_l, static)
 
             def per_example(ue, u1e, qe, q1e):
                 v = phi(ctrl, ue)
@@ -184,32 +223,26 @@ class SuccessiveApproximations(AbstractGradientMethod):
 
             per_step = jax.vmap(jax.vmap(per_example))(u, u1, q, q1)  # (k, B)
             total = jnp.sum(jnp.mean(per_step, axis=1))
-            leaves = jax.tree.leaves(theta)
-            if norm_weight:
-                total = total + norm_weight * h * sum(jnp.sum(x**2) for x in leaves)
-            if gs is not None:
-                total = total + sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(gs), leaves))
+            if costs:
+                # C(θ^(l)): the current controls with layer `layer` replaced by θ_l.
+                placed = jax.tree.map(lambda full, x: full.at[layer].set(x), theta, theta_l)
+                total = total + control_cost(_with_controls(tr, eqx.combine(placed, static)))
             return total
 
-        theta, static = eqx.partition(controls, eqx.is_inexact_array)
         inner = optax.adam(self.inner_learning_rate)
 
-        def minimize(theta_l, u, u1, q, q1, gs):
+        def minimize(theta_l, layer, u, u1, q, q1):
             state = inner.init(theta_l)
 
             def body(_, carry):
                 th, st = carry
-                g = jax.grad(layer_objective)(th, static_l, u, u1, q, q1, gs)
+                g = jax.grad(layer_objective)(th, layer, u, u1, q, q1)
                 upd, st = inner.update(g, st, th)
                 return optax.apply_updates(th, upd), st
 
             return jax.lax.fori_loop(0, self.inner_steps, body, (theta_l, state))[0]
 
-        static_l = static  # non-array parts carry no layer axis
-        gs = g_smooth
-        new_theta = jax.vmap(minimize, in_axes=(0, 0, 0, 0, 0, None if gs is None else 0))(
-            theta, u_n, u_n1, q_n, q_n1, gs
-        )
+        new_theta = jax.vmap(minimize)(theta, jnp.arange(L), u_n, u_n1, q_n, q_n1)
         displacement = jax.tree.map(lambda a, b: a - b, theta, new_theta)
 
         # The embedding, output map and head: a gradient step (their exact gradients).
@@ -218,6 +251,14 @@ class SuccessiveApproximations(AbstractGradientMethod):
         rest = _add(
             eqx.filter(g_parts, eqx.is_inexact_array), eqx.filter(g_terminal, eqx.is_inexact_array)
         )
+        if costs:
+            # A cost may also read parameters that are not controls (e.g. the output map): their
+            # gradient joins the outer step (zero for ControlNorm / ControlSmoothness).
+            frozen = eqx.combine(jax.lax.stop_gradient(theta), static)
+            g_cost = eqx.filter_grad(lambda m: control_cost(_with_controls(m.transformer, frozen)))(
+                model
+            )
+            rest = _add(rest, eqx.filter(g_cost, eqx.is_inexact_array))
         rest = jax.tree.map(lambda g: self.outer_learning_rate * g, rest)
         # Put the controls' displacement in place of their (zero) entries.
         _, controls_vjp = eqx.filter_vjp(lambda m: _controls(m.transformer.equation), model)
@@ -225,7 +266,7 @@ class SuccessiveApproximations(AbstractGradientMethod):
         direction = _add(rest, eqx.filter(placed, eqx.is_inexact_array))
 
         kinetic = jnp.mean(sols.running_cost) if objective.kinetic is not None else 0.0 * loss
-        control = sum((c(model.transformer) for c in objective.controls), jnp.zeros((), loss.dtype))
+        control = control_cost(tr)
         aux = {
             "loss": loss,
             "kinetic": kinetic,
