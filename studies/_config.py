@@ -35,6 +35,7 @@ __all__ = [
     "check_nonempty",
     "check_positive",
     "check_range",
+    "check_seed",
     "chosen_devices",
     "steps_in",
 ]
@@ -172,3 +173,21 @@ def chosen_devices(k: int) -> list:
     import jax
 
     return jax.devices()[: k or None]
+
+
+SEED_MAX = 2**32 - 1
+"""The largest seed (32 bits): a bound every consumer of a study's seed accepts with room to
+spare — NumPy's and JAX's generators (JAX: at most 2**63 − 1), `seed + 1` and `seed + stage`, and
+PyTorch's per-layer `manual_seed(seed · 1000 + i)`."""
+
+
+def check_seed(config: Any, field: str = "seed") -> None:
+    """`field` (an integer, or each entry of a tuple of them) is a whole number in `[0,
+    SEED_MAX]`: a negative seed fails `check_range` ("allowed range [0, inf)"), a fractional,
+    boolean or too large one fails here, before any folder is made."""
+    check_range(config, field, 0)
+    ok = all(
+        isinstance(v, int) and not isinstance(v, bool) and v <= SEED_MAX
+        for v in _values(getattr(config, field))
+    )
+    check(config, field, ok, f"a seed is a whole number in [0, {SEED_MAX}] (2**32 - 1)")

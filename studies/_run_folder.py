@@ -146,14 +146,19 @@ def _device_memory_bytes() -> tuple[int, str] | None:
     return int(limit) - int(used), f"free memory of {device.device_kind} ({device.platform})"
 
 
+RUNTIME_BYTES = 512 * 2**20
+"""What a study process holds besides its arrays (Python, the JAX runtime, compiled programs),
+added to a config's `estimated_peak_bytes()` (which counts arrays only)."""
+
+
 def check_memory(study: str, config: Any) -> None:
-    """Refuse (`RunFolderError`) a config whose `estimated_peak_bytes()` exceeds the memory
-    available (`available_memory_bytes`), naming both. A study whose `Config` has no estimate,
+    """Refuse (`RunFolderError`) a config whose `estimated_peak_bytes()` plus `RUNTIME_BYTES`
+    exceeds the memory available (`available_memory_bytes`), naming both. A study whose `Config` has no estimate,
     or a platform that reports no figure, is not checked."""
     estimate_fn = getattr(type(config), "estimated_peak_bytes", None)
     if estimate_fn is None:
         return
-    estimate = int(estimate_fn(config))
+    estimate = int(estimate_fn(config)) + RUNTIME_BYTES
     available = available_memory_bytes()
     if available is None or estimate <= available[0]:
         return

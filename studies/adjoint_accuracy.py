@@ -35,7 +35,7 @@ import numpy as np
 import workbench as wb
 import workbench.analysis as wba
 import workbench.control as wbc
-from studies._config import check, check_choices, check_nonempty, check_positive
+from studies._config import check, check_choices, check_nonempty, check_positive, check_seed
 from studies._report import ci_cell, markdown_table, new_figure, progress, wide_ci_note
 
 NAME = "adjoint-accuracy"
@@ -96,6 +96,38 @@ class Config:
               "at least 3 increasing step counts")  # fmt: skip
         check(self, "tsit5_ladder", not self.tsit5_ladder or (len(self.tsit5_ladder) >= 3 and list(self.tsit5_ladder) == sorted(set(self.tsit5_ladder))),
               "empty, or at least 3 increasing step counts")  # fmt: skip
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory.training_bytes`), the larger of its parts:
+        the accuracy part (float64), the exact gradient at the finest ladder entry — `batch`
+        examples of `n` tokens × the scheme's operator evaluations over `num_layers ·
+        max(ladder)` steps, Tsit5's 7 field evaluations per step over `max(tsit5_ladder)` —
+        and the cost part (float32) at the deepest `depths` entry: `cost_batch` examples of
+        `cost_n` tokens through one Lie–Trotter step per layer, with the `depths` layers'
+        parameters (width `cost_d`, feed-forward `2 · cost_d`) and their gradient."""
+        from studies import _memory as M
+
+        def gradient(*, d, n, hidden, layers, batch, steps, evaluations, item):
+            return M.training_bytes(
+                params=M.encoder_parameters(d, hidden, layers) + 4 * d, batch=batch, tokens=n,
+                d=d, hidden=hidden, heads=self.num_heads, steps=steps, evaluations=evaluations,
+                eval_batch=0, itemsize=item, state_copies=3,
+            )  # fmt: skip
+
+        small = dict(d=self.d, n=self.n, hidden=self.hidden, layers=self.num_layers,
+                     batch=self.batch, item=M.F64)  # fmt: skip
+        evaluations = max(M.scheme_evaluations(s) for s in self.schemes)
+        parts = [
+            gradient(**small, steps=self.num_layers * max(self.ladder), evaluations=evaluations)
+        ]
+        if self.tsit5_ladder:
+            steps = self.num_layers * max(self.tsit5_ladder)
+            parts.append(gradient(**small, steps=steps, evaluations=14))
+        depth = max(self.depths)
+        parts.append(gradient(d=self.cost_d, n=self.cost_n, hidden=2 * self.cost_d, layers=depth,
+                              batch=self.cost_batch, steps=depth, evaluations=2, item=M.F32))  # fmt: skip
+        return max(parts)
 
 
 def smoke_config() -> Config:

@@ -12,7 +12,6 @@ where Thm 6.9's Γ_∞ curve puts the pile-up after t1.
 
 import dataclasses
 import functools
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +25,21 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
     chosen_devices,
     steps_in,
+)
+from studies._fields import (
+    Betas,
+    Delta,
+    Dims,
+    Dt,
+    FinalTime,
+    Integrator,
+    ParticleFields,
+    Particles,
+    SaveEvery,
+    defaults,
 )
 from studies._report import markdown_table, new_figure, progress
 
@@ -39,37 +51,14 @@ COLLAPSED = 0.99
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    n: int = 64
-    """Number of particles."""
-    betas: tuple[float, ...] = (1.0, 4.0, 9.0)
-    """Inverse temperatures β of the SA dynamics, one run per value."""
-    dims: tuple[int, ...] = (2, 8, 32, 128)
-    """Dimensions d of the sphere S^{d−1} the particles live on, one run per value."""
-    num_starts: int = 8
-    """Uniform random starts per (β, d); the histograms pool them (the same starts for every β)."""
-    t1: float = 30.0
-    """Final time of the flow (time t plays the role of depth); a multiple of `save_every`."""
-    dt: float = 0.1
-    """Integration time step Δt of the particle flow."""
-    save_every: float = 0.5
-    """Histogram spacing in time; a multiple of `dt`."""
-    integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
-    """A sphere integrator of `wb.particles.INTEGRATORS` (`euler` is the authors')."""
+@defaults(n=64, betas=(1.0, 4.0, 9.0), dims=(2, 8, 32, 128))
+class Config(FinalTime, Dims, Delta, Integrator, SaveEvery, Dt, Betas, Particles, ParticleFields):
     bins: int = 100
     """Equal bins on [−1, 1]."""
-    delta: float = 1e-3
-    """"Near 1" means ⟨x_i, x_j⟩ ≥ 1 − δ (the paper's Fig. 3 tolerance)."""
     snapshot_times: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
     """Times (in [0, t1]; the nearest saved time is used) shown as Fig. 1 style histograms."""
     histogram_beta: float = 4.0
     """The β of the Fig. 1 style grid (must be one of `betas`)."""
-    seed: int = 0
-    """Seeds the uniform random starts."""
-    devices: int = 0
-    """Devices to spread the starts over: 0 = every visible device (all processes' after
-    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
-    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
         check_devices(self)
@@ -86,7 +75,30 @@ class Config:
         check_range(self, "delta", 0, 1, low_open=True, high_open=True)
         check_range(self, "snapshot_times", 0, self.t1)
         check_choices(self, "histogram_beta", self.betas)
-        check_range(self, "seed", 0)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): the kept statistics — histogram
+        counts and densities `(betas, dims, T, bins)`, fractions `(betas, dims, num_starts, T)` —
+        and, for the largest d, the starts and one compiled call over every (β, start): per
+        trajectory its integrator's state and attention and the pair products of its two
+        statistics (the histogram and the fraction near 1,
+        `_memory.particle_trajectory_bytes(..., pair_products=2)`), its `(T, bins)` counts twice
+        (the scan's stack and the output) and their host copy, `T = t1 / save_every + 1`."""
+        from studies import _memory as M
+
+        times = round(self.t1 / self.save_every) + 1
+        nb, nd, ns = len(self.betas), len(self.dims), self.num_starts
+        kept = 2 * M.array_bytes(nb, nd, times, self.bins) + 2 * M.array_bytes(nb, nd, ns, times)
+
+        def call(d: int) -> int:
+            trajectory = M.particle_trajectory_bytes(
+                self.n, d, integrator=self.integrator, pair_products=2
+            )
+            counts = M.array_bytes(times, self.bins + 2)
+            return 2 * M.array_bytes(ns, self.n, d) + nb * ns * (trajectory + 3 * counts)
+
+        return kept + max(call(d) for d in self.dims)
 
 
 def smoke_config() -> Config:

@@ -40,6 +40,7 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
 )
 from studies._report import ci_cell, markdown_table, new_figure, progress, wide_ci_note
 
@@ -137,7 +138,25 @@ class Config:
         check_range(self, "relu_reference_tolerance", 0.0, 1e-6, low_open=True)
         check_range(self, "order_tolerance", 0.0, 1.0, low_open=True)
         check_range(self, "target_error", 0.0, 1.0, low_open=True, high_open=True)
-        check_range(self, "seed", 0)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): the model's solves, one state
+        at a time (`_memory.encoder_solve_bytes`: the parameters with the state dict's, the
+        model's and, with `recovered` weights, PyTorch's copies, and the 13 stages of Dopri8),
+        plus every ladder's final states (one `n × d` state per step count, per weights,
+        equation and method, and the activation comparison's)."""
+        from studies import _memory as M
+
+        copies = 4 if "recovered" in self.weights else 3
+        solve = M.encoder_solve_bytes(n=self.n, d=self.d, hidden=self.dim_feedforward,
+                                      heads=self.num_heads, layers=self.num_layers,
+                                      param_copies=copies)  # fmt: skip
+        methods = len(self.methods) + len(self.post_norm_methods)
+        ladders = len(self.weights) * methods * 8 + 2 * len(self.activation_methods) * len(
+            self.activation_steps_per_layer
+        )
+        return solve + M.array_bytes(ladders, self.n, self.d)
 
 
 def smoke_config() -> Config:

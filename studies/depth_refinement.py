@@ -38,7 +38,8 @@ import numpy as np
 
 import workbench.control as wbc
 from studies import _training as T
-from studies._config import check, check_choices, check_positive
+from studies._config import check, check_choices, check_positive, check_seed
+from studies._fields import Epochs, Ladder, Patch, Smoothness, TrainingFields, WeightDecay, defaults
 
 NAME = "depth-refinement"
 SUMMARY = "Train at N steps, continue at 2N and 4N: does a trained Transformer converge to an ODE?"
@@ -52,56 +53,18 @@ VARIANTS = ("without", "with")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    seed: int = 0
-    """Seeds the split, the initialization and the batch order."""
-    epochs: int = 30
-    """Epochs of the first stage (N steps)."""
+@defaults(d=32, num_heads=2, hidden=64, warmup=50, checkpoint_every=200, epochs=30, smoothness=0.001)
+class Config(Ladder, Smoothness, Patch, Epochs, WeightDecay, TrainingFields):
     continue_epochs: int = 5
     """Epochs of each continuation (2N, then 4N steps)."""
-    batch_size: int = 64
-    """Training images per step (at most the 1347 of the training split)."""
-    d: int = 32
-    """Model width d."""
-    num_heads: int = 2
-    """Attention heads per layer; must divide d."""
-    num_layers: int = 4
-    """N: layers (pieces of the controls) of the first stage."""
-    hidden: int = 64
-    """Feed-forward width."""
-    activation: str = "gelu"
-    """Feed-forward activation: gelu or relu."""
-    patch: int = 2
-    """Patch size and stride of the embedding (1, 2, 4 or 8)."""
-    scheme: str = "lie"
-    """Splitting scheme solving the equation: lie, strang, yoshida4 or suzuki4."""
-    steps_per_layer: int = 1
-    """Steps per piece in training (every stage)."""
-    controls: str = "interpolated"
-    """Controls in depth: interpolated (piecewise linear) or piecewise (constant per layer)."""
-    learning_rate: float = 3e-3
-    """Peak AdamW learning rate of the first stage (warm-up, then cosine decay)."""
     continue_learning_rate: float = 1e-3
     """Peak AdamW learning rate of each continuation (2N, then 4N steps)."""
-    weight_decay: float = 0.05
-    """AdamW's decoupled weight decay, every stage."""
-    warmup: int = 50
-    """Warm-up steps of the first stage (each continuation uses a fifth, at least 1)."""
-    clip: float = 1.0
-    """Largest global gradient norm; larger gradients are scaled down to it."""
-    smoothness: float = 1e-3
-    """λ_s of the variant with the smoothness cost."""
-    ladder: tuple[int, ...] = (1, 2, 4, 8)
-    """Steps per piece of the error ladder."""
-    examples: int = 2
-    """Held-out images of the error ladder (float64)."""
     max_change: float = 1.0
     """Accuracy points the network trained at N may lose or gain at 4N."""
-    checkpoint_every: int = 200
-    """Steps between training checkpoints in the run folder (resume after a kill)."""
 
     def __post_init__(self):
         T.check_model_fields(self)
+        check_seed(self)
         check_positive(self, "epochs", "continue_epochs", "continue_learning_rate", "smoothness",
                        "examples", "max_change")  # fmt: skip
         check_positive(self, "weight_decay", allow_zero=True)
@@ -115,6 +78,26 @@ class Config:
             and list(self.ladder) == sorted(set(self.ladder)),
             "at least two increasing positive integers",
         )  # fmt: skip
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory.digits_training_bytes`, float32) at its
+        largest stage, 4N: controls refined twice to `4 · num_layers` pieces, with their
+        gradient and AdamW copies, and the larger of the training step's stored activations
+        (`batch_size` images of `(8 / patch)² + 1` tokens × the scheme's operator evaluations
+        over `4 · num_layers · steps_per_layer` steps) and the held-out evaluation's (450
+        images, one step at a time)."""
+        from studies import _memory as M
+
+        tokens = (8 // self.patch) ** 2 + 1
+        layers = STAGES[-1] * self.num_layers
+        return M.digits_training_bytes(
+            self, tokens=tokens, patch_inputs=self.patch**2, layers=layers
+        )
+
+
+run_identity = T.fingerprint
+"""What makes two runs of this study the same run (for its run folder and its checkpoints):
+the fields that decide the trained trajectories, not those evaluated afterwards."""
 
 
 def smoke_config() -> Config:

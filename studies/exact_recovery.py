@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 import workbench as wb
-from studies._config import check, check_choices, check_nonempty, check_positive
+from studies._config import check, check_choices, check_nonempty, check_positive, check_seed
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "exact-recovery"
@@ -61,6 +61,29 @@ class Config:
         check_choices(self, "dtypes", tuple(TOLERANCE))
         check_positive(self, "num_layers", "seq_len")
         check(self, "widths", all(d >= 3 for d in self.widths), "every width d must be >= 3")
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`), one case (architecture, width, dtype)
+        at a time, the largest: three copies of the model's parameters (the random state dict,
+        the workbench model, the PyTorch / Hugging Face reference; `num_layers` layers of width
+        `e` with a feed-forward of at most `4·e`, `e = 2·d` in CvT's second stage, plus BERT's
+        and GPT-2's 97-token vocabulary and position rows) and three forward passes' activations
+        of one layer on the case's tokens (`seq_len` for the text models, 7 for ViT, 30 for
+        CvT), in float64 when `dtypes` holds it."""
+        from studies import _memory as M
+
+        item = M.F64 if "float64" in self.dtypes else M.F32
+
+        def case(arch: str, d: int) -> int:
+            e = 2 * d if arch == "cvt" else d
+            tokens = {"vit": 7, "cvt": 30}.get(arch, self.seq_len)  # VIT_IMAGE, CVT_IMAGE
+            rows = 97 + max(64, self.seq_len) + 2 if arch in ("bert", "gpt2") else tokens
+            params = M.encoder_parameters(e, 4 * e, self.num_layers, vocab=rows)
+            layer = M.attention_layer_floats(tokens, e, 4 * e, 8)
+            return item * 3 * (params + layer)
+
+        return max(case(a, d) for a in self.architectures for d in self.widths)
 
 
 def smoke_config() -> Config:

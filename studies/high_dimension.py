@@ -21,7 +21,6 @@ from the centred points, so it stays accurate far below the float64 resolution o
 import dataclasses
 import functools
 import math
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -36,8 +35,20 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
     chosen_devices,
     steps_in,
+)
+from studies._fields import (
+    Betas,
+    Dims,
+    Dt,
+    FinalTime,
+    Integrator,
+    ParticleFields,
+    Particles,
+    SaveEvery,
+    defaults,
 )
 from studies._report import markdown_table, new_figure, progress
 
@@ -51,33 +62,12 @@ ERROR_SHARE = 0.01
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    n: int = 32
-    """Number of particles n, fixed while d grows."""
-    dims: tuple[int, ...] = (32, 128, 512, 2048)
-    """At least two distinct dimensions (the exponent in d is fitted over them)."""
-    betas: tuple[float, ...] = (1.0, 4.0)
-    """Inverse temperatures β of the SA dynamics, one run per value."""
-    num_starts: int = 16
-    """Uniform random starts per (β, d)."""
-    t1: float = 30.0
-    """Final time of the flow; deviations from γ_β(t) are measured over [0, t1]."""
-    dt: float = 0.05
-    """Integration time step Δt of the particle flow."""
-    save_every: float = 0.25
-    """Spacing of the times at which the Gram matrix is compared with γ_β (a multiple of dt)."""
-    integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
-    """A sphere integrator of `wb.particles.INTEGRATORS`."""
+@defaults(num_starts=16, dt=0.05, save_every=0.25, dims=(32, 128, 512, 2048))
+class Config(FinalTime, Dims, Integrator, SaveEvery, Dt, Betas, Particles, ParticleFields):
     fit_window: tuple[float, ...] = (1e-20, 1e-6)
     """Late-time window (low, high) of 1 − min ⟨x_i, x_j⟩ used to fit the collapse rate."""
     exponent_tol: float = 0.15
     """The verdict accepts fitted exponents in d within this distance of −1/2."""
-    seed: int = 0
-    """Seeds the uniform random starts."""
-    devices: int = 0
-    """Devices to spread the starts over: 0 = every visible device (all processes' after
-    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
-    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
         check_devices(self)
@@ -97,7 +87,29 @@ class Config:
         check(
             self, "fit_window", ok and 0 < window[0] < window[1], "need (low, high), 0 < low < high"
         )
-        check_range(self, "seed", 0)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): the starts of every d, all
+        drawn first (`num_starts · n · sum(dims)` entries, one more start at the first d), the
+        kept series `(betas, dims, num_starts, T)` (three of them), and one compiled call at the
+        largest d — the starts on the device and, per start, its integrator's state and
+        attention (`_memory.particle_trajectory_bytes`), the statistics' n×n matrices (Gram
+        matrix, deviations, distances) and its five series of `T = t1 / save_every + 1`
+        values."""
+        from studies import _memory as M
+
+        times = round(self.t1 / self.save_every) + 1
+        n, ns = self.n, self.num_starts + 1
+        starts = M.array_bytes(ns, n, sum(self.dims))
+        kept = 3 * M.array_bytes(len(self.betas), len(self.dims), ns, times)
+
+        def call(d: int) -> int:
+            trajectory = M.particle_trajectory_bytes(n, d, integrator=self.integrator)
+            stats = M.array_bytes(4, n, n) + M.array_bytes(2, 5, times)
+            return M.array_bytes(ns, n, d) + ns * (trajectory + stats)
+
+        return starts + kept + max(call(d) for d in self.dims)
 
 
 def smoke_config() -> Config:

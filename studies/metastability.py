@@ -15,7 +15,6 @@ rerun on the featured β up to `check_t1` and the two count series are compared.
 
 import dataclasses
 import functools
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +29,19 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
     chosen_devices,
     steps_in,
+)
+from studies._fields import (
+    Betas,
+    Dimension,
+    Dt,
+    FinalTime,
+    Integrator,
+    ParticleFields,
+    Particles,
+    defaults,
 )
 from studies._report import markdown_table, new_figure, progress
 
@@ -45,23 +55,10 @@ CHECK_DT = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    n: int = 32
-    """Number of particles."""
-    d: int = 2
-    """Dimension d of the sphere S^{d−1} (2: the circle of Fig. 4)."""
-    betas: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)
-    """Inverse temperatures β of the SA dynamics, one run per value."""
+@defaults(betas=(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0), dt=0.5, d=2, t1=100000.0)
+class Config(FinalTime, Dimension, Integrator, Dt, Betas, Particles, ParticleFields):
     featured_betas: tuple[float, ...] = (4.0, 9.0)
     """The β of Fig. 4, plotted in detail and cross-checked with the authors' integrator."""
-    num_starts: int = 8
-    """Uniform random starts (seeds) per β; the same starts for every β."""
-    t1: float = 1e5
-    """Final time of the flow; a multiple of `dt`."""
-    dt: float = 0.5
-    """Integration time step Δt of the main run."""
-    integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
-    """A sphere integrator of `wb.particles.INTEGRATORS`."""
     num_saves: int = 400
     """Saved times: about this many, log-spaced in [dt, t1] (rounded to the step grid), plus 0."""
     threshold: float = 1e-4
@@ -75,12 +72,6 @@ class Config:
     """Horizon of the cross-check with projected Euler, dt = 0.1 (0 disables it)."""
     min_agreement: float = 0.9
     """The verdict needs the cross-check's count series to agree at this share of saved times."""
-    seed: int = 0
-    """Seeds the uniform random starts."""
-    devices: int = 0
-    """Devices to spread the starts over: 0 = every visible device (all processes' after
-    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
-    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
         check_devices(self)
@@ -100,7 +91,24 @@ class Config:
         ok = self.check_t1 == 0 or steps_in(self.check_t1, CHECK_DT) is not None
         check(self, "check_t1", ok, f"0 (off) or a positive whole multiple of {CHECK_DT}")
         check_range(self, "min_agreement", 0, 1)
-        check_range(self, "seed", 0)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): the starts, one compiled call
+        over the starts at one β — per start its states at the `T ≤ num_saves + 1` saved times
+        with, per time, the component and rank counts' n×n matrices and the SVD's work (about
+        `4·n² + 2·n·d` entries: XLA's memory analysis measures 3.2·n²), and its integrator's
+        state and attention — and the kept counts and ranks `(betas, num_starts, T)` with the
+        comparisons made of them."""
+        from studies import _memory as M
+
+        times = min(self.num_saves, round(self.t1 / self.dt)) + 1
+        n, d, ns = self.n, self.d, self.num_starts
+        per_start = M.array_bytes(times, 4 * n * n + 2 * n * d) + M.particle_trajectory_bytes(
+            n, d, integrator=self.integrator
+        )
+        kept = 6 * M.array_bytes(len(self.betas), ns, times)
+        return 2 * M.array_bytes(ns, n, d) + ns * per_start + kept
 
 
 def smoke_config() -> Config:

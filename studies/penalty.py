@@ -38,6 +38,7 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
 )
 from studies._report import markdown_table, new_figure, progress
 
@@ -105,7 +106,23 @@ class Config:
         check(self, "reference_steps_per_layer", ok, "it must be >= 2 (Richardson halves it)")
         check_range(self, "slope_tolerance", 0.0, 1.0, low_open=True)
         check_range(self, "min_step_ratio", 1.0)
-        check_range(self, "seed", 0)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64), dominated by the implicit
+        solvers' Newton iterations on the flattened state, `N = n · d` unknowns: the dense
+        Jacobian by forward differentiation (`N` tangents through one evaluation, the `N × N`
+        matrix) with its LU factors and a copy (`4·N²`), plus the model's solve
+        (`_memory.encoder_solve_bytes`: parameters and the 13 stages of the Dopri8 reference).
+        Steps are not stored (only the final state is saved), so `max_steps` does not count."""
+        from studies import _memory as M
+
+        size = self.n * self.d
+        evaluation = M.attention_layer_floats(self.n, self.d, self.dim_feedforward, self.num_heads)
+        newton = M.array_bytes(size, evaluation) + M.array_bytes(4, size, size)
+        solve = M.encoder_solve_bytes(n=self.n, d=self.d, hidden=self.dim_feedforward,
+                                      heads=self.num_heads, layers=self.num_layers)  # fmt: skip
+        return newton + solve
 
 
 def smoke_config() -> Config:

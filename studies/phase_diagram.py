@@ -44,8 +44,10 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
     chosen_devices,
 )
+from studies._fields import Delta, Dt, ParticleFields, Particles, SaveEvery, TMax, defaults
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "phase-diagram"
@@ -63,37 +65,20 @@ ONE_CLUSTER = 0.99
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+@defaults(num_starts=1024)
+class Config(TMax, Delta, SaveEvery, Dt, Particles, ParticleFields):
     ds: tuple[int, ...] = (2, 8, 32, 128, 512, 1024)
     """Dimensions d (the paper's list; each d ≥ n costs the same, see `ReducedForm`)."""
-    n: int = 32
-    """Number of particles n."""
     num_betas: int = 90
     """β = beta_max · k / num_betas, k = 1..num_betas."""
     beta_max: float = 9.0
     """Largest inverse temperature β of the grid (0, beta_max]."""
-    t_max: float = 30.0
-    """Final time of the flow; a multiple of `save_every`."""
-    save_every: float = 0.5
-    """Spacing of the saved times (the heat map's t grid); a multiple of `dt`."""
-    dt: float = 0.1
-    """Integration time step Δt (Euler, then renormalize)."""
-    num_starts: int = 1024
-    """Uniform random starts per d (the same starts for every β)."""
-    delta: float = 1e-3
-    """A pair is clustered when ⟨x_i, x_j⟩ ≥ 1 − δ; also sets Γ_∞ = {γ_β(t) = 1 − δ}."""
     variants: tuple[str, ...] = VARIANTS
     """Fig. 5 random Q, K, V variants to run (see the module docstring)."""
     variant_d: int = 128
     """Dimension d of the Fig. 5 variants."""
     variant_starts: int = 32
     """Starts per β for the Fig. 5 variants (their particle form costs ~15× more per step)."""
-    seed: int = 0
-    """Seeds the random starts and the variants' random matrices."""
-    devices: int = 0
-    """Devices to spread the (β, start) cells over: 0 = every visible device (all processes'
-    after `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
-    simulates 8 on a CPU), k = the first k. The statistics do not depend on it."""
     x64: bool = True
     """Float64, as the paper's runs (`--x64`); false runs the particles in float32 (`--no-x64`:
     half the memory, the accelerators' fast path; Γ_∞ stays float64)."""
@@ -114,8 +99,28 @@ class Config:
         check(self, "variants", len(set(self.variants)) == len(self.variants), "each at most once")
         check_range(self, "variant_d", 2)
         check_range(self, "variant_starts", 1)
-        check_range(self, "seed", 0)
+        check_seed(self)
         check_devices(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`): the largest of its phase diagrams, one d
+        or one variant at a time — the starts `(num_starts, n, d)` with their prepared and host
+        copies, the compiled chunks in flight and the moments (`_memory.phase_diagram_bytes`),
+        plus a variant's three `(variant_d, variant_d)` matrices — and the diagrams kept,
+        `(num_betas, T)` each."""
+        from studies import _memory as M
+
+        item = M.itemsize(self.x64)
+        times = round(self.t_max / self.save_every) + 1
+        diagram = lambda starts, d, matrices: M.phase_diagram_bytes(
+            self.num_betas, starts, self.n, d, times, itemsize=item, matrices=matrices
+        )
+        peaks = [diagram(self.num_starts, d, False) for d in self.ds]
+        if self.variants:
+            matrices = M.array_bytes(3, self.variant_d, self.variant_d, itemsize=item)
+            peaks.append(diagram(self.variant_starts, self.variant_d, True) + matrices)
+        kept = M.array_bytes(len(self.ds) + len(self.variants), 5, self.num_betas, times)
+        return max(peaks) + kept
 
 
 def smoke_config() -> Config:

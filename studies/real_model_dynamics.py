@@ -113,6 +113,24 @@ class Config:
         )  # fmt: skip
         check(self, "delta", self.delta <= 1, "a number in (0, 1]")
 
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`): all-MiniLM-L6-v2 (6 layers of width
+        384, feed-forward 1536, 12 heads, 30 522 + 512 + 2 embedding rows) read in float32 and
+        held in float64, its equation extended to `max_layers` layers (the controls of every
+        layer copied, float64), and per paragraph (at most 96 tokens) the states at every layer
+        boundary, the Arnoldi basis (`krylov_dim + 1` states), the Lyapunov frame
+        (`num_exponents` tangents through one evaluation) and one evaluation's activations."""
+        from studies import _memory as M
+
+        d, hidden, heads, layers, tokens = 384, 1536, 12, 6, 96
+        params = M.encoder_parameters(d, hidden, layers, vocab=30522 + 512 + 2)
+        extended = M.encoder_parameters(d, hidden, self.max_layers)
+        loaded = M.array_bytes(params, itemsize=M.F32) + M.array_bytes(params + extended)
+        evaluation = M.attention_layer_floats(tokens, d, hidden, heads)
+        states = len(PARAGRAPHS) * (self.max_layers + 1) + self.krylov_dim + 1
+        work = M.array_bytes(states, tokens, d) + M.array_bytes(self.num_exponents + 2, evaluation)
+        return loaded + work
+
 
 def smoke_config() -> Config:
     return Config(max_layers=12, every=3, steps=(1, 2, 4), reference_steps=8, krylov_dim=12,

@@ -38,7 +38,8 @@ import numpy as np
 
 import workbench.control as wbc
 from studies import _training as T
-from studies._config import check, check_choices, check_positive
+from studies._config import check, check_choices, check_positive, check_seed
+from studies._fields import Epochs, Ladder, Patch, TrainingFields, WeightDecay, defaults
 
 NAME = "regularization-cost"
 SUMMARY = "Kinetic and smoothness costs vs held-out accuracy and the steps a plan needs."
@@ -54,39 +55,8 @@ def _weights_ok(values) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    seed: int = 0
-    """Seeds the split, the initialization and the batch order, the same for every model."""
-    epochs: int = 20
-    """Passes over the training split, per trained model."""
-    batch_size: int = 64
-    """Training images per step (at most the 1347 of the training split)."""
-    d: int = 32
-    """Model width d."""
-    num_heads: int = 2
-    """Attention heads per layer; must divide d."""
-    num_layers: int = 4
-    """Layers of the equation (pieces of its controls)."""
-    hidden: int = 64
-    """Feed-forward width."""
-    activation: str = "gelu"
-    """Feed-forward activation: gelu or relu."""
-    patch: int = 2
-    """Patch size and stride of the embedding (1, 2, 4 or 8)."""
-    scheme: str = "lie"
-    """Splitting scheme used in training: lie, strang, yoshida4 or suzuki4."""
-    steps_per_layer: int = 1
-    """Steps of the training scheme per layer."""
-    controls: str = "interpolated"
-    """Controls in depth: interpolated (piecewise linear) or piecewise (constant per layer)."""
-    learning_rate: float = 3e-3
-    """Peak AdamW learning rate (warm-up, then cosine decay)."""
-    weight_decay: float = 0.05
-    """AdamW's decoupled weight decay."""
-    warmup: int = 50
-    """Steps of linear learning-rate warm-up from 0."""
-    clip: float = 1.0
-    """Largest global gradient norm; larger gradients are scaled down to it."""
+@defaults(d=32, num_heads=2, hidden=64, warmup=50, checkpoint_every=200, epochs=20, ladder=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32))
+class Config(Ladder, Patch, Epochs, WeightDecay, TrainingFields):
     kinetic_weights: tuple[float, ...] = (0.0, 1e-3, 1e-2)
     """λ_K values (must include 0)."""
     smoothness_weights: tuple[float, ...] = (0.0, 1e-3)
@@ -95,17 +65,12 @@ class Config:
     """The scheme whose steps are counted."""
     tolerance: float = 1e-2
     """Max-abs error of u(T) the plan must reach."""
-    ladder: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-    """Steps per layer tried."""
-    examples: int = 2
-    """Held-out images of the error ladder (float64); the worst is reported."""
     max_drop: float = 1.0
     """Accuracy points a regularized model may lose and still count as cheaper."""
-    checkpoint_every: int = 200
-    """Steps between training checkpoints in the run folder (resume after a kill)."""
 
     def __post_init__(self):
         T.check_model_fields(self)
+        check_seed(self)
         check_positive(self, "epochs", "tolerance", "examples", "max_drop")
         check_positive(self, "weight_decay", allow_zero=True)
         check_choices(self, "controls", T.CONTROLS)
@@ -121,6 +86,23 @@ class Config:
             and list(self.ladder) == sorted(set(self.ladder)),
             "at least two increasing positive integers",
         )  # fmt: skip
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory.digits_training_bytes`, float32), one
+        trained model at a time: the parameters with their gradient and AdamW copies, and the
+        larger of the training step's stored activations (`batch_size` images of `(8 / patch)²
+        + 1` tokens × the scheme's operator evaluations over `num_layers · steps_per_layer`
+        steps) and a forward pass over the 450 held-out images (the evaluation and the kinetic
+        energy). The float64 error ladder of `examples` images is small beside them."""
+        from studies import _memory as M
+
+        tokens = (8 // self.patch) ** 2 + 1
+        return M.digits_training_bytes(self, tokens=tokens, patch_inputs=self.patch**2)
+
+
+run_identity = T.fingerprint
+"""What makes two runs of this study the same run (for its run folder and its checkpoints):
+the fields that decide the trained trajectories, not those evaluated afterwards."""
 
 
 def smoke_config() -> Config:

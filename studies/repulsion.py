@@ -33,9 +33,11 @@ from studies._config import (
     check_devices,
     check_nonempty,
     check_positive,
+    check_seed,
     chosen_devices,
     steps_in,
 )
+from studies._fields import Betas, Dims, Dt, ParticleFields, defaults
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "repulsion"
@@ -43,19 +45,12 @@ SUMMARY = "Paper B's repulsive case V = −I: the flow's final energies vs an op
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    dims: tuple[int, ...] = (2, 3)
-    """Ambient dimensions d (points on S^{d−1})."""
+@defaults(num_starts=32, betas=(0.5, 1.0, 4.0), dt=0.5)
+class Config(Dims, Dt, Betas, ParticleFields):
     ns: tuple[int, ...] = (3, 4, 5, 6, 7, 8)
     """Numbers of particles n, one case per (n, d, β)."""
-    betas: tuple[float, ...] = (0.5, 1.0, 4.0)
-    """Inverse temperatures β of the energy E_β and the flow, one case per value."""
-    num_starts: int = 32
-    """Uniform random starts of the flow per (n, d, β)."""
     optimizer_starts: int = 32
     """Random starts of the L-BFGS-B optimizer per (n, d, β)."""
-    dt: float = 0.5
-    """Projected RK4 step of the flow."""
     chunk_time: float = 25.0
     """The flow runs in chunks of this length; convergence is checked after each."""
     max_time: float = 20000.0
@@ -66,12 +61,6 @@ class Config:
     """A start "reaches the best" when its relative gap to the best energy is below this."""
     gap_tol: float = 1e-6
     """The verdict's tolerance on the relative gaps between flow, optimizer and known optimum."""
-    seed: int = 0
-    """Seeds the random starts of the flow and of the optimizer."""
-    devices: int = 0
-    """Devices to spread the starts over: 0 = every visible device (all processes' after
-    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
-    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
         check_devices(self)
@@ -89,6 +78,28 @@ class Config:
             f"it must be a whole multiple of dt={self.dt!r}",
         )
         check(self, "max_time", self.max_time >= self.chunk_time, "it must be >= chunk_time")
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): the largest case (n, d), one at
+        a time — its starts `(num_starts, n, d)` on the host and the device, the compiled chunk's
+        input, output and per-start temporaries (RK4 stages and attention,
+        `_memory.particle_trajectory_bytes`), the final Gram matrices `(num_starts, n, n)` and their
+        host copies — plus the energy histories every case keeps, at most `max_time / chunk_time
+        + 1` checks × `num_starts` (the worst case: no start converges early)."""
+        from studies import _memory as M
+
+        checks = int(self.max_time // self.chunk_time) + 1
+        history = M.array_bytes(checks, self.num_starts)
+        cases = len(self.dims) * len(self.ns) * len(self.betas)
+
+        def case(n: int, d: int) -> int:
+            starts = M.array_bytes(self.num_starts, n, d)
+            chunk = self.num_starts * M.particle_trajectory_bytes(n, d, integrator="rk4")
+            grams = M.array_bytes(self.num_starts, n, n)
+            return 4 * starts + chunk + 2 * grams + 2 * history
+
+        return max(case(n, d) for n in self.ns for d in self.dims) + cases * history
 
 
 def smoke_config() -> Config:

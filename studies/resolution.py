@@ -28,7 +28,14 @@ import numpy as np
 
 import workbench as wb
 import workbench.analysis as wba
-from studies._config import check, check_choices, check_nonempty, check_positive, check_range
+from studies._config import (
+    check,
+    check_choices,
+    check_nonempty,
+    check_positive,
+    check_range,
+    check_seed,
+)
 from studies._report import (
     ci_cell,
     markdown_table,
@@ -104,6 +111,21 @@ class Config:
         check_range(self, "max_frequency", 1.0)
         check_choices(self, "activation", ACTIVATIONS)
         check_range(self, "probes", 0.0, 1.0)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): one layer of the continuous
+        model on the largest grid, every refined grid padded to `m = max(sizes, gauss_sizes,
+        reference_size) + len(probes)` nodes and the fixed one of `f = fixed_size +
+        len(probes)`: the kernel matrices on the feature grid and the attention matrices on the
+        token grid (`m × m` in the refined variable, three at a time; `f × f` in the fixed one,
+        five), and the states, queries, keys, values and hidden layer (`m × f`, eight)."""
+        from studies import _memory as M
+
+        p = len(self.probes)
+        m = max(*self.sizes, *self.gauss_sizes, self.reference_size) + p
+        f = self.fixed_size + p
+        return M.array_bytes(3 * m * m + 8 * m * f + 5 * f * f)
 
 
 def smoke_config() -> Config:

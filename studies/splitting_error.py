@@ -46,6 +46,7 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
 )
 from studies._report import (
     ci_cell,
@@ -133,6 +134,21 @@ class Config:
             f"it must be at least 4 × max(steps_per_layer) = {4 * max(self.steps_per_layer)}",
         )
         check_range(self, "commutator_tolerance", 0.0, 1.0, low_open=True, high_open=True)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): the model (state dict and
+        equations: `_memory.encoder_solve_bytes`), and the local errors, computed for every τ at
+        once (vmapped): per τ the scheme's and the reference's RK4 stages of an `n × d` state,
+        the error vector and one operator evaluation's activations (three more for the
+        commutator's two JVPs). The global errors run one step count at a time."""
+        from studies import _memory as M
+
+        solve = M.encoder_solve_bytes(n=self.n, d=self.d, hidden=self.dim_feedforward,
+                                      heads=self.num_heads, layers=self.num_layers, stages=6)  # fmt: skip
+        evaluation = M.attention_layer_floats(self.n, self.d, self.dim_feedforward, self.num_heads)
+        per_tau = 14 * self.n * self.d + 4 * evaluation
+        return solve + M.array_bytes(len(self.local_taus), per_tau)
 
 
 def smoke_config() -> Config:

@@ -32,7 +32,14 @@ import numpy as np
 
 import workbench as wb
 import workbench.analysis as wa
-from studies._config import check, check_choices, check_nonempty, check_positive, check_range
+from studies._config import (
+    check,
+    check_choices,
+    check_nonempty,
+    check_positive,
+    check_range,
+    check_seed,
+)
 from studies._report import markdown_table, new_figure, progress
 
 NAME = "stability"
@@ -100,6 +107,33 @@ class Config:
         check_range(self, "growth", 1.0, low_open=True)
         divisors = [h for h in range(1, self.d + 1) if self.d % h == 0]
         check(self, "heads", self.d % self.heads == 0, f"it must divide d={self.d}: {divisors}")
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64), dominated by the model's
+        linearization at one layer, `N = n · d` unknowns: the dense Jacobian by `jax.jacfwd`
+        (`N` tangents through one evaluation, the `N × N` matrix), its eigendecomposition and
+        spectral projector (complex eigenvectors and their inverse: about `10·N²`), and the
+        observed stable step's trials (`_memory.growth_trial_bytes`: 32 step sizes at once, each
+        integrating the frame of decaying modes, about `N/2` columns, with the methods' largest
+        Runge–Kutta stages); the Lyapunov exponents' `N × N` frame and the linear test fields
+        (`linear_dim`) are smaller."""
+        from studies import _memory as M
+
+        size = self.n * self.d
+        evaluation = M.attention_layer_floats(self.n, self.d, self.dff, self.heads)
+        stages = {"unsplit-euler": 1, "unsplit-heun": 2, "unsplit-rk4": 4}
+        rk = max(stages[m] for m in self.methods)
+        jacobian = M.array_bytes(size, evaluation) + M.array_bytes(10, size, size)
+        trials = M.growth_trial_bytes(size, -(-size // 2), stages=rk)
+        linear = M.growth_trial_bytes(self.linear_dim, self.linear_dim)
+        lipschitz = M.array_bytes(
+            self.lipschitz_samples,
+            4,
+            M.attention_layer_floats(max(self.seq_lens), self.d, 0, self.heads),
+        )
+        params = M.array_bytes(3, M.encoder_parameters(self.d, self.dff, self.layers))
+        return jacobian + trials + max(linear, lipschitz) + params
 
 
 def smoke_config() -> Config:

@@ -31,8 +31,19 @@ from studies._config import (
     check_nonempty,
     check_positive,
     check_range,
+    check_seed,
     chosen_devices,
     steps_in,
+)
+from studies._fields import (
+    Betas,
+    Delta,
+    Dimension,
+    ParticleFields,
+    Particles,
+    SaveEvery,
+    TMax,
+    defaults,
 )
 from studies._report import markdown_table, new_figure, progress
 
@@ -48,27 +59,14 @@ ORDER_TOL = 0.3
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    n: int = 32
-    """Number of particles n."""
-    d: int = 32
-    """Dimension (any d ≥ n costs the same: the reduced form runs in n coordinates)."""
-    betas: tuple[float, ...] = tuple(0.5 * k for k in range(1, 19))
-    """Inverse temperatures β of the phase-diagram grid."""
-    num_starts: int = 128
-    """Uniform random starts of the diagram, the same for every β, integrator and dt."""
-    t_max: float = 30.0
-    """Final time of the flow; a multiple of `save_every` and of every step."""
-    save_every: float = 0.5
-    """Spacing of the saved times (the diagram's t grid)."""
+@defaults(num_starts=128, betas=tuple(0.5 * k for k in range(1, 19)))
+class Config(TMax, Dimension, Delta, SaveEvery, Betas, Particles, ParticleFields):
     dts: tuple[float, ...] = (0.1, 0.05, 0.025, 0.0125, 0.00625)
     """Steps Δt compared with the reference, for each integrator; must include the authors' 0.1."""
     reference_dt: float = 0.0015625
     """Step Δt of the RK4 reference run; smaller than every step in `dts`."""
     integrators: tuple[str, ...] = ("euler", "rk4")
     """Names in `wb.particles.INTEGRATORS`; must include "euler" (the authors')."""
-    delta: float = 1e-3
-    """A pair is clustered when ⟨x_i, x_j⟩ ≥ 1 − δ."""
     point_betas: tuple[float, ...] = (1.0, 3.0, 5.0, 9.0)
     """β of the (β, t) points reported individually, paired with `point_ts`; each one of `betas`."""
     point_ts: tuple[float, ...] = (6.0, 8.0, 15.0, 30.0)
@@ -79,12 +77,6 @@ class Config:
     """Random starts of the Gram-matrix error measurement (drawn apart from the diagram's)."""
     order_ts: tuple[float, ...] = (2.0, 30.0)
     """Times at which the Gram-matrix error is measured (the order fit uses the first)."""
-    seed: int = 0
-    """Seeds the random starts."""
-    devices: int = 0
-    """Devices to spread the starts over: 0 = every visible device (all processes' after
-    `jax.distributed.initialize()`; `XLA_FLAGS=--xla_force_host_platform_device_count=8`
-    simulates 8 on a CPU), k = the first k. The numbers do not depend on it."""
 
     def __post_init__(self):
         check_devices(self)
@@ -142,7 +134,27 @@ class Config:
         check_range(self, "point_ts", 0.0, self.t_max)
         check_positive(self, "order_betas")
         check_range(self, "order_starts", 1)
-        check_range(self, "seed", 0)
+        check_seed(self)
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory`, float64): one phase diagram with every
+        start's values (`_memory.phase_diagram_bytes(..., per_start=True)`: the starts, the
+        compiled chunks, `(betas, num_starts, T)` values) while the reference's per-start values
+        and their difference are kept too, and the Gram matrices `(order_betas, order_starts,
+        order_ts, n, n)` of the reference, of the current run and their difference, with the
+        compiled call that makes them (per trajectory its state, stages and attention and its
+        saved Gram matrices)."""
+        from studies import _memory as M
+
+        times = round(self.t_max / self.save_every) + 1
+        nb, ns, n, d = len(self.betas), self.num_starts, self.n, self.d
+        diagram = M.phase_diagram_bytes(nb, ns, n, d, times, per_start=True)
+        kept = 2 * M.array_bytes(nb, ns, times)
+        trajectories = len(self.order_betas) * self.order_starts
+        saved = M.array_bytes(len(self.order_ts), n, n)
+        grams = trajectories * (3 * saved + M.particle_trajectory_bytes(n, min(n, d)) + saved)
+        starts = M.array_bytes(self.order_starts, n, d)
+        return diagram + kept + grams + starts
 
 
 def smoke_config() -> Config:

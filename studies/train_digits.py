@@ -32,7 +32,8 @@ import numpy as np
 
 import workbench.control as wbc
 from studies import _training as T
-from studies._config import check, check_choices, check_positive
+from studies._config import check, check_choices, check_positive, check_seed
+from studies._fields import Costs, Epochs, Method, Smoothness, TrainingFields, WeightDecay
 
 NAME = "train-digits"
 EMBEDDINGS = ("conv", "vit")
@@ -42,23 +43,7 @@ SUMMARY = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    seed: int = 0
-    """Seeds the split, the initialization, the batch order and the augmentation."""
-    epochs: int = 40
-    """Passes over the training split."""
-    batch_size: int = 64
-    """Training images per step (at most the 1347 of the training split)."""
-    d: int = 64
-    """Model width d (token dimension)."""
-    num_heads: int = 4
-    """Attention heads per layer; must divide d."""
-    num_layers: int = 4
-    """Layers of the equation (pieces of its controls)."""
-    hidden: int = 128
-    """Feed-forward width."""
-    activation: str = "gelu"
-    """Feed-forward activation: gelu or relu (gelu with the vit embedding)."""
+class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     embedding: str = "conv"
     """"conv": overlapping `kernel_size` patches, stride 1 (one token per pixel); "vit": Hugging
     Face ViT's non-overlapping `patch_size` patches (`wbc.random_vit`), exported after training as
@@ -67,47 +52,12 @@ class Config:
     """Patch size of the "conv" embedding (stride 1, zero padding kernel_size // 2)."""
     patch_size: int = 2
     """Patch size of the "vit" embedding (divides 8: 1, 2, 4 or 8)."""
-    scheme: str = "lie"
-    """Splitting scheme solving the equation: lie, strang, yoshida4 or suzuki4."""
-    steps_per_layer: int = 1
-    """Steps of the scheme per layer."""
-    plan: str | None = None
-    """A plan.json from `workbench run plan` (its scheme and steps replace the two above)."""
-    optimizer: str = "adamw"
-    """adamw, adam or sgd, each with warm-up, cosine decay and clipping (unused with msa)."""
-    learning_rate: float = 3e-3
-    """Peak learning rate, reached after the warm-up and cosine-decayed to 1 % of it."""
-    weight_decay: float = 0.05
-    """Decoupled weight decay (the adamw optimizer only)."""
-    warmup: int = 100
-    """Steps of linear learning-rate warm-up from 0."""
-    clip: float = 1.0
-    """Largest global gradient norm; larger gradients are scaled down to it."""
     shift: int = 1
     """Random shifts of up to this many pixels (0: no augmentation)."""
-    kinetic: float = 0.0
-    """λ_K of the kinetic cost ∫ (1/n)‖u_t‖² dt."""
-    control_norm: float = 0.0
-    """λ_θ of ∫‖θ‖² dt."""
-    smoothness: float = 0.0
-    """λ_s of ∫‖θ'‖² dt."""
-    gradient: str = "dto"
-    """Gradient: dto (exact, through the scheme), otd (continuous adjoint) or msa (Pontryagin)."""
-    checkpointing: str = "none"
-    """What dto's backward pass stores: none (everything), every-step or binomial."""
-    checkpoint_every: int = 100
-    """Steps between training checkpoints in the run folder (resume after a kill)."""
-    shard_params: bool = False
-    """Cut the parameters and optimizer state over the visible devices (fully sharded data
-    parallel, `--shard-params`) instead of replicating them; checkpoints resume in either
-    layout and on any device count."""
-    certificate_examples: int = 2
-    """Held-out images the certificate solves in float64 (0: no certificate)."""
-    target_accuracy: float = 0.98
-    """Held-out accuracy the verdict requires (a fraction)."""
 
     def __post_init__(self):
         T.check_training_fields(self)
+        check_seed(self)
         check_positive(self, "epochs", "kernel_size")
         check(
             self,
@@ -132,6 +82,26 @@ class Config:
         check(self, "patch_size", self.patch_size in (1, 2, 4, 8), "1, 2, 4 or 8 (divides 8)")
         check(self, "activation", self.embedding != "vit" or self.activation == "gelu",
               "'gelu' with embedding='vit' (a Hugging Face ViT)")  # fmt: skip
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory.digits_training_bytes`, float32): the
+        parameters with their gradient and AdamW copies, and the larger of the training step's
+        stored activations (`batch_size` images × the scheme's operator evaluations over
+        `num_layers · steps_per_layer` steps, or the plan's) and the held-out evaluation's (450
+        images); 65 tokens of `kernel_size²` pixels with the conv embedding, `(8 / patch_size)²
+        + 1` of `patch_size²` with the ViT one."""
+        from studies import _memory as M
+
+        if self.embedding == "vit":
+            tokens, pixels = (8 // self.patch_size) ** 2 + 1, self.patch_size**2
+        else:
+            tokens, pixels = 65, self.kernel_size**2
+        return M.digits_training_bytes(self, tokens=tokens, patch_inputs=pixels)
+
+
+run_identity = T.fingerprint
+"""What makes two runs of this study the same run (for its run folder and its checkpoints):
+the fields that decide the trained trajectories, not those evaluated afterwards."""
 
 
 def smoke_config() -> Config:

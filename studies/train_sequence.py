@@ -32,7 +32,8 @@ import numpy as np
 
 import workbench.control as wbc
 from studies import _training as T
-from studies._config import check
+from studies._config import check, check_seed
+from studies._fields import Costs, Method, Smoothness, Steps, TrainingFields, WeightDecay, defaults
 
 NAME = "train-sequence"
 SUMMARY = (
@@ -42,13 +43,8 @@ SUMMARY = (
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    seed: int = 0
-    """Seeds the data, the initialization and the batch order."""
-    steps: int = 1000
-    """Training steps."""
-    batch_size: int = 64
-    """Training sequences per step (at most num_train)."""
+@defaults(num_layers=2, target_accuracy=0.99)
+class Config(Method, Costs, Smoothness, Steps, WeightDecay, TrainingFields):
     length: int = 8
     """Symbols to sort (the input has 2 · length tokens)."""
     vocab: int = 16
@@ -57,55 +53,10 @@ class Config:
     """Training sequences (distinct from the held-out ones)."""
     num_test: int = 1024
     """Held-out sequences."""
-    d: int = 64
-    """Model width d (token dimension)."""
-    num_heads: int = 4
-    """Attention heads per layer; must divide d."""
-    num_layers: int = 2
-    """Layers of the equation (pieces of its controls)."""
-    hidden: int = 128
-    """Feed-forward width."""
-    activation: str = "gelu"
-    """Feed-forward activation: gelu or relu."""
-    scheme: str = "lie"
-    """Splitting scheme solving the equation: lie, strang, yoshida4 or suzuki4."""
-    steps_per_layer: int = 1
-    """Steps of the scheme per layer."""
-    plan: str | None = None
-    """A plan.json from `workbench run plan` (its scheme and steps replace the two above)."""
-    optimizer: str = "adamw"
-    """adamw, adam or sgd, each with warm-up, cosine decay and clipping (unused with msa)."""
-    learning_rate: float = 3e-3
-    """Peak learning rate, reached after the warm-up and cosine-decayed to 1 % of it."""
-    weight_decay: float = 0.05
-    """Decoupled weight decay (the adamw optimizer only)."""
-    warmup: int = 100
-    """Steps of linear learning-rate warm-up from 0."""
-    clip: float = 1.0
-    """Largest global gradient norm; larger gradients are scaled down to it."""
-    kinetic: float = 0.0
-    """λ_K of the kinetic cost ∫ (1/n)‖u_t‖² dt."""
-    control_norm: float = 0.0
-    """λ_θ of ∫‖θ‖² dt."""
-    smoothness: float = 0.0
-    """λ_s of ∫‖θ'‖² dt."""
-    gradient: str = "dto"
-    """Gradient: dto (exact, through the scheme), otd (continuous adjoint) or msa (Pontryagin)."""
-    checkpointing: str = "none"
-    """What dto's backward pass stores: none (everything), every-step or binomial."""
-    checkpoint_every: int = 100
-    """Steps between training checkpoints in the run folder (resume after a kill)."""
-    shard_params: bool = False
-    """Cut the parameters and optimizer state over the visible devices (fully sharded data
-    parallel, `--shard-params`) instead of replicating them; checkpoints resume in either
-    layout and on any device count."""
-    certificate_examples: int = 2
-    """Held-out sequences the certificate solves in float64 (0: no certificate)."""
-    target_accuracy: float = 0.99
-    """Held-out token accuracy the verdict requires (a fraction)."""
 
     def __post_init__(self):
         T.check_training_fields(self)
+        check_seed(self)
         for field, low in (
             ("steps", 1),
             ("length", 2),
@@ -140,6 +91,40 @@ class Config:
             self.batch_size <= self.num_train,
             f"at most num_train ({self.num_train})",
         )
+
+    def estimated_peak_bytes(self) -> int:
+        """Peak bytes of `compute` (`studies._memory.training_bytes`, float32): the parameters
+        (token and position embeddings, the equation, a `vocab + 1`-class head on every
+        position) with their gradient and AdamW copies, and the larger of the training step's
+        stored activations (`batch_size` sequences of `2 · length` tokens × the scheme's operator
+        evaluations over `num_layers · steps_per_layer` steps, or the plan's) and a held-out
+        evaluation's (512 sequences at a time); plus the task's data (`4 · (num_train +
+        num_test)` drawn sequences, deduplicated, in int64)."""
+        from studies import _memory as M
+
+        tokens, classes = 2 * self.length, self.vocab + 1
+        scheme, spl = M.discretization(self)
+        params = (
+            M.encoder_parameters(self.d, self.hidden, self.num_layers)
+            + (classes + tokens) * self.d  # token and position embeddings
+            + (self.d + 1) * classes
+            + 2 * self.d  # head, final LayerNorm
+        )
+        total = self.num_train + self.num_test
+        data = M.array_bytes(4 * 4 * total, self.length) + M.array_bytes(
+            2, total, tokens, itemsize=4
+        )
+        logits = M.array_bytes(self.batch_size, tokens, classes, itemsize=M.F32)
+        return data + logits + M.training_bytes(
+            params=params, batch=self.batch_size, tokens=tokens, d=self.d, hidden=self.hidden,
+            heads=self.num_heads, steps=self.num_layers * spl,
+            evaluations=M.scheme_evaluations(scheme), eval_batch=min(512, self.num_test),
+        )  # fmt: skip
+
+
+run_identity = T.fingerprint
+"""What makes two runs of this study the same run (for its run folder and its checkpoints):
+the fields that decide the trained trajectories, not those evaluated afterwards."""
 
 
 def smoke_config() -> Config:

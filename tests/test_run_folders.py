@@ -6,6 +6,7 @@ cannot fit refused before compute.
 The studies here are small modules written to disk (so subprocesses can import them too); the
 reproductions with real studies (phase-diagram) are marked slow."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -388,3 +389,31 @@ def test_ctrl_c_of_a_real_study_over_a_finished_folder_of_another_seed(tmp_path)
     r0 = json.loads((out / "results.json").read_text())
     r1 = json.loads((other / "results.json").read_text())
     assert r0["config"]["seed"] == 0 and r1["config"]["seed"] == 1
+
+
+def test_a_training_studys_identity_leaves_out_what_is_evaluated_after_training():
+    module = studies.get_study("train-digits")
+    base = module.smoke_config()
+    same = dataclasses.replace(base, target_accuracy=0.5, certificate_examples=0,
+                               shard_params=True)  # fmt: skip
+    assert _run_folder.run_identity(module, same) == _run_folder.run_identity(module, base)
+    other = dataclasses.replace(base, learning_rate=base.learning_rate * 2)
+    assert _run_folder.run_identity(module, other) != _run_folder.run_identity(module, base)
+    # A study without its own rule: every field but the device layout.
+    tri = studies.get_study("phase-diagram")
+    config = tri.smoke_config()
+    assert _run_folder.run_identity(tri, dataclasses.replace(config, devices=1)) == (
+        _run_folder.run_identity(tri, config)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", ["phase-diagram", "repulsion"])
+def test_absurd_sizes_of_real_studies_are_refused(tmp_path, capsys, study):
+    out = tmp_path / "run"
+    assert (
+        cli.main(["run", study, "--smoke", "--num_starts", "1000000000000", "--out", str(out)]) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs an estimated" in err[0] and "PiB" in err[0], err
+    assert not out.exists()
