@@ -34,6 +34,8 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import equinox as eqx  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import (  # noqa: E402
     RESULTS,
@@ -75,8 +77,10 @@ def main() -> None:
     vh = rng.standard_normal((heads, d, d)) / np.sqrt(d) / heads
     w, a, b = rng.standard_normal((d, m)) / np.sqrt(m), rng.standard_normal((m, d)), np.zeros(m)
 
-    def diagram(**kw):
-        return lambda: P.phase_diagram(betas, starts, dt=dt, save_ts=ts, progress=False, **kw)
+    def diagram(form=None, **matrices):
+        # One SA per β sharing the matrices (the β leaf swapped in: no copy per β).
+        sa = eqx.tree_at(lambda s: s.beta, P.SA(0.0, **matrices), jnp.asarray(betas))
+        return lambda: P.phase_diagram(sa, starts, dt=dt, save_ts=ts, form=form, progress=False)
 
     ffn_starts = P.random_starts(jax.random.key(1), 2 * starts_n, n, d)
 

@@ -42,6 +42,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -56,7 +57,7 @@ from _common import (  # noqa: E402
     write_json,
 )
 
-from workbench.particles import _sweeps  # noqa: E402
+from workbench.particles import SA, _sweeps  # noqa: E402
 
 FORMS = ("reduced", "gram", "particle")
 BASELINES = ("numpy_loop", "numpy_batched", "torch")
@@ -265,7 +266,7 @@ def jax_run(form: str, x, cfg: Config) -> np.ndarray:
         "particle": _sweeps.ParticleForm(),
     }[form]
     pd = _sweeps.phase_diagram(
-        np.array([cfg.beta]),
+        SA(cfg.beta),
         x,
         dt=cfg.dt,
         save_ts=cfg.dt * cfg.save_every * np.arange(cfg.steps // cfg.save_every + 1),
@@ -324,7 +325,7 @@ def full_diagram(cfg: Config, x) -> dict:
     for _ in range(2):
         with OtherLoad() as load:
             t = time.perf_counter()
-            pd = _sweeps.phase_diagram(chosen, x, **kwargs)
+            pd = _sweeps.phase_diagram(eqx.filter_vmap(SA)(jnp.asarray(chosen)), x, **kwargs)
             walls.append(time.perf_counter() - t)
         loads.append(load.fraction)
     cold, warm = walls

@@ -35,15 +35,17 @@ _WORKER = """
 import json, sys, time
 import jax
 jax.config.update("jax_enable_x64", True)
+import equinox as eqx
 import numpy as np
 from workbench import particles as P
 cfg = json.loads(sys.argv[1])
 betas = cfg["beta_max"] * np.arange(1, cfg["num_betas"] + 1) / cfg["num_betas"]
 ts = cfg["save_every"] * np.arange(round(cfg["t_max"] / cfg["save_every"]) + 1)
 starts = P.random_starts(jax.random.key(0), cfg["num_starts"], cfg["n"], cfg["d"])
+sa = eqx.filter_vmap(P.SA)(jax.numpy.asarray(betas))
 def run():
     t = time.perf_counter()
-    pd = P.phase_diagram(betas, starts, dt=cfg["dt"], save_ts=ts, progress=False)
+    pd = P.phase_diagram(sa, starts, dt=cfg["dt"], save_ts=ts, progress=False)
     return pd, time.perf_counter() - t
 pd, first = run()
 times = [run()[1] for _ in range(cfg["repeats"])]

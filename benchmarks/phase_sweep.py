@@ -29,6 +29,8 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import equinox as eqx  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import RESULTS, OtherLoad, environment, matmul_peaks, write_json  # noqa: E402
 
@@ -64,11 +66,12 @@ def sweep(cfg: Config, d: int, peaks: dict) -> dict:
     key = jax.random.fold_in(jax.random.key(cfg.seed), d)
     starts = P.random_starts(key, cfg.num_starts, cfg.n, d)
     starts.block_until_ready()
+    sa = eqx.filter_vmap(P.SA)(jnp.asarray(betas))  # one SA per β
 
     def run():
         t = time.perf_counter()
         pd = P.phase_diagram(
-            betas, starts, dt=cfg.dt, save_ts=save_ts, delta=cfg.delta, progress=False
+            sa, starts, dt=cfg.dt, save_ts=save_ts, delta=cfg.delta, progress=False
         )
         return pd, time.perf_counter() - t
 

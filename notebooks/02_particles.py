@@ -35,6 +35,8 @@ import jax
 # notebook's choice, the library never flips the precision itself.
 jax.config.update("jax_enable_x64", True)
 
+import equinox as eqx
+import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import display
@@ -99,7 +101,8 @@ plt.show()
 # %%
 from studies import phase_diagram as pd
 
-print("Γ_∞ time t*(β) for β = 1, 4, 9 (n = 32):", np.round(P.gamma_infinity([1.0, 4.0, 9.0]), 1))
+sa = eqx.filter_vmap(P.SA)(jnp.array([1.0, 4.0, 9.0]))  # one SA per β
+print("Γ_∞ time t*(β) for β = 1, 4, 9 (n = 32):", np.round(P.gamma_infinity(sa), 1))
 phase = pd.compute(pd.smoke_config())
 print(pd.verdict(phase))
 show(pd.figures(phase))

@@ -13,6 +13,7 @@ where Thm 6.9's Γ_∞ curve puts the pile-up after t1.
 import dataclasses
 import functools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -218,7 +219,8 @@ def compute(config: Config) -> Results:
             counts[:, j] = np.asarray(c).sum(axis=1)
             frac[:, j] = np.asarray(f)
             clusters[:, j] = np.asarray(k)
-        t_star = np.asarray(wb.particles.gamma_infinity(betas, config.delta, config.n))
+        sa = eqx.filter_vmap(wb.particles.SA)(betas)  # one SA per β
+        t_star = np.asarray(wb.particles.gamma_infinity(sa, config.delta, config.n))
 
     density = counts / (ns * pairs)  # fraction of ordered pairs per bin
     frac_mean = frac.mean(axis=2)  # (B, D, T)

@@ -31,6 +31,7 @@ import dataclasses
 import math
 import time
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -248,9 +249,8 @@ def compute(config: Config) -> Results:
     betas = config.beta_max * np.arange(1, config.num_betas + 1) / config.num_betas
     ts = config.save_every * np.arange(round(config.t_max / config.save_every) + 1)
     with jax.enable_x64(True):
-        t_gamma = np.asarray(
-            wb.particles.gamma_infinity(betas, config.delta, config.n, "SA"), np.float64
-        )
+        sa = eqx.filter_vmap(wb.particles.SA)(jnp.asarray(betas))  # one SA per β (float64)
+        t_gamma = np.asarray(wb.particles.gamma_infinity(sa, config.delta, config.n), np.float64)
     dtype = jnp.float64 if config.x64 else jnp.float32
     with jax.enable_x64(config.x64):
         key_starts, key_matrices = jax.random.split(jax.random.key(config.seed))
@@ -263,7 +263,7 @@ def compute(config: Config) -> Results:
                 jax.random.fold_in(key_starts, i), config.num_starts, config.n, d, dtype
             )
             t0 = time.perf_counter()
-            pd = wb.particles.phase_diagram(betas, starts, **run)
+            pd = wb.particles.phase_diagram(sa, starts, **run)
             wall = time.perf_counter() - t0
             per_d.append(_summarize(pd, "identity", d, wall, **summary))
             del starts
@@ -278,8 +278,10 @@ def compute(config: Config) -> Results:
                 config.variant_d,
                 dtype,
             )
+            # One SA per β sharing the matrices (the β leaf swapped in: no copy per β).
+            sa_qkv = eqx.tree_at(lambda s: s.beta, wb.particles.SA(0.0, Q=q, K=k, V=v), betas)
             t0 = time.perf_counter()
-            pd = wb.particles.phase_diagram(betas, starts, Q=q, K=k, V=v, **run)
+            pd = wb.particles.phase_diagram(sa_qkv, starts, **run)
             wall = time.perf_counter() - t0
             variants.append(_summarize(pd, name, config.variant_d, wall, **summary))
     processes = len({d.process_index for d in devices})

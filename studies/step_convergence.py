@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -248,7 +249,9 @@ def _grams(integrator, dt, betas, starts, ts, devices) -> np.ndarray:
     starts spread over `devices` (`wb.map_cells`)."""
 
     def one(b, x):
-        return wb.particles.gram_trajectory(b, x, dt=dt, save_ts=ts, integrator=integrator)
+        return wb.particles.gram_trajectory(
+            wb.particles.SA(b), x, dt=dt, save_ts=ts, integrator=integrator
+        )
 
     run = jax.vmap(jax.vmap(one, (None, 0)), (0, None))
     # The starts (axis 1 of the result) cut over the devices.
@@ -282,9 +285,11 @@ def compute(config: Config) -> Results:
         order_starts = wb.particles.random_starts(key_order, c.order_starts, c.n, c.d, jnp.float64)
         devices = chosen_devices(c.devices)
 
+        sa = eqx.filter_vmap(wb.particles.SA)(jnp.asarray(betas))  # one SA per β
+
         def diagram(integrator, dt):
             return wb.particles.phase_diagram(
-                betas,
+                sa,
                 starts,
                 dt=dt,
                 save_ts=ts,

@@ -60,10 +60,11 @@ def test_phase_diagram_compiles_once_per_mesh(monkeypatch):
     `_Kernel.curve` runs once per trace of the library's jitted `_chunk`. The second diagram's
     cells equal jitted `clustering_curve` runs exactly (float64)."""
     kw = dict(dt=0.1, save_ts=np.array([0.0, 2.0, 5.0, 9.0]))
-    first = (jnp.asarray([0.5, 3.0, 8.0]), P.random_starts(jax.random.key(1), 5, 6, 4))
-    second = (jnp.asarray([1.0, 4.0, 9.0]), P.random_starts(jax.random.key(2), 5, 6, 4))
-    curve = jax.jit(lambda b, x: P.clustering_curve(b, x, **kw))
-    want = np.array([[curve(b, x) for x in second[1]] for b in second[0]])
+    sa = eqx.filter_vmap(P.SA)
+    first = (sa(jnp.asarray([0.5, 3.0, 8.0])), P.random_starts(jax.random.key(1), 5, 6, 4))
+    second = (sa(jnp.asarray([1.0, 4.0, 9.0])), P.random_starts(jax.random.key(2), 5, 6, 4))
+    curve = jax.jit(lambda b, x: P.clustering_curve(P.SA(b), x, **kw))
+    want = np.array([[curve(b, x) for x in second[1]] for b in second[0].beta])
     assert want.max() > 0 and want.min() == 0  # not a degenerate diagram
 
     _chunk.clear_cache()  # the count must not depend on what earlier tests compiled

@@ -5,6 +5,7 @@ import itertools
 import math
 from fractions import Fraction
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +15,10 @@ from scipy.optimize import linprog
 from scipy.sparse.csgraph import connected_components
 
 from workbench.particles import (
+    SA,
+    USA,
+    FFNAugmented,
+    Hardmax,
     Plateau,
     cluster_count,
     cluster_count_rank,
@@ -454,6 +459,45 @@ def test_gamma_infinity_paper_sweep():
     np.testing.assert_allclose(t_star[[0, -1]], [5.192063118174005, 178.73092951903913], rtol=1e-13)
     # USA: dL/dt = 2 e^{beta gamma} increases in beta, so t* decreases
     assert np.all(np.diff(np.asarray(gamma_infinity(betas, kind="USA"))) < 0)
+
+
+@pytest.mark.parametrize("cls", [SA, USA])
+def test_gamma_infinity_takes_the_dynamics_object(cls):
+    # β and the kind come from the object: a filter_vmap batch gives bitwise the numbers of the
+    # old call with an array of β and kind="SA" / "USA"; one instance gives its scalar, and jit
+    # the same to 1e-15 (XLA's fusion may move the last bit).
+    betas = jnp.linspace(0.1, 9.0, 20)
+    want = np.asarray(gamma_infinity(betas, 1e-3, 32, cls.__name__))
+    batch = eqx.filter_vmap(cls)(betas)
+    np.testing.assert_array_equal(np.asarray(gamma_infinity(batch, 1e-3, 32)), want)
+    jitted = np.asarray(jax.jit(gamma_infinity)(batch))
+    np.testing.assert_allclose(jitted, want, rtol=1e-15, atol=0)
+    one = gamma_infinity(cls(float(betas[3])), delta=1e-3, n=32)
+    assert one.shape == ()
+    np.testing.assert_allclose(float(one), want[3], rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(
+        np.asarray(gamma_infinity(batch, 1e-6, 8)),
+        np.asarray(gamma_infinity(betas, 1e-6, 8, kind=cls.__name__)),
+    )
+    assert np.all(np.diff(want) > 0) if cls is SA else np.all(np.diff(want) < 0)
+
+
+def test_gamma_infinity_refuses_what_the_theorem_does_not_cover():
+    q = jnp.eye(3)
+    ffn = FFNAugmented(SA(1.0), w=np.zeros((3, 2)), a=np.zeros((2, 3)), b=np.zeros(2))
+    cases = [
+        (SA(1.0, Q=q), "has Q given; Thm 6.9 .* Q = K = V = I"),
+        (eqx.filter_vmap(lambda b: USA(b, K=q, V=q))(jnp.ones(2)), "has K, V given"),
+        (SA(1.0, repulsive=True), "repulsive=True"),
+        (SA, "dynamics=SA is a class; pass an instance"),
+        (Hardmax(), "type Hardmax is not supported; valid choices"),
+        (ffn, "type FFNAugmented is not supported"),
+    ]
+    for dynamics, match in cases:
+        with pytest.raises(ValueError, match=match):
+            gamma_infinity(dynamics)
+    with pytest.raises(ValueError, match="kind='USA' with a dynamics object"):
+        gamma_infinity(SA(1.0), kind="USA")
 
 
 def test_theory_argument_errors():

@@ -1,8 +1,10 @@
 """The batched phase-diagram kernel (`workbench.particles._sweeps`): the Gram form against the
 particle form, the sweep against a direct loop over `simulate` + `fraction_clustered`, the
 one-cluster regime, the orthogonal-start oracle γ_β(t) (Thm 6.8), jit / vmap / chunking
-consistency and input errors. Float64 (conftest)."""
+consistency, the dynamics-object form against the old (class, β, Q, K, V) form, and input
+errors. Float64 (conftest)."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -182,11 +184,10 @@ def test_sweep_equals_direct_loop(form, integrator, dynamics, rng):
     ts = np.array([0.0, 1.0, 2.5, 6.0, 4.0])  # any order, t = 0 included
     dt = 0.1
     pd = phase_diagram(
-        betas,
+        eqx.filter_vmap(dynamics)(jnp.asarray(betas)),
         starts,
         dt=dt,
         save_ts=ts,
-        dynamics=dynamics,
         integrator=integrator,
         form=form,
         per_start=True,
@@ -205,8 +206,9 @@ def test_sweep_equals_direct_loop(form, integrator, dynamics, rng):
 def test_sweep_with_d_below_n_equals_direct_loop(integrator, rng):
     # d < n: the reduced form runs the points padded with zero columns (d = 3 -> 8).
     betas, starts, ts, dt = np.array([1.0, 6.0]), _sphere(rng, 3, 10, 3), np.array([1.0, 5.0]), 0.1
+    sa = eqx.filter_vmap(P.SA)(jnp.asarray(betas))
     pd = phase_diagram(
-        betas, starts, dt=dt, save_ts=ts, integrator=integrator, per_start=True, progress=False
+        sa, starts, dt=dt, save_ts=ts, integrator=integrator, per_start=True, progress=False
     )
     want = _direct(P.SA, betas, starts, ts, dt, integrator)
     pairs = 10 * 9 / 2  # the same clustered-pair counts (fractions can differ in the last bit)
@@ -220,18 +222,10 @@ def test_sweep_with_matrices_equals_direct_loop(rng):
     betas, starts, ts, dt = np.array([1.0, 5.0]), _sphere(rng, 2, 5, d), np.array([2.0, 8.0]), 0.1
     dyn = lambda b: P.SA(b, Q=Q, K=K, V=V)
     want = _direct(dyn, betas, starts, ts, dt, P.ProjectedEuler())
+    batch = eqx.filter_vmap(dyn)(jnp.asarray(betas))  # Q, K, V broadcast to (2, d, d)
     for form in (None, ParticleForm(fuse_qk=False)):
         pd = phase_diagram(
-            betas,
-            starts,
-            dt=dt,
-            save_ts=ts,
-            Q=Q,
-            K=K,
-            V=V,
-            form=form,
-            per_start=True,
-            progress=False,
+            batch, starts, dt=dt, save_ts=ts, form=form, per_start=True, progress=False
         )
         assert isinstance(pd.form, ParticleForm)
         np.testing.assert_array_equal(pd.per_start, want)
@@ -243,7 +237,8 @@ def test_sweep_with_matrices_equals_direct_loop(rng):
 def test_small_beta_gives_one_cluster_by_t30(getkey):
     # Fig. 3: below β ≈ 1 every start collapses to one cluster well before t = 30.
     starts = random_starts(getkey(), 4, 32, 32)
-    pd = phase_diagram(np.array([0.1, 0.5, 1.0]), starts, dt=0.1, save_ts=[30.0], progress=False)
+    sa = eqx.filter_vmap(P.SA)(jnp.array([0.1, 0.5, 1.0]))
+    pd = phase_diagram(sa, starts, dt=0.1, save_ts=[30.0], progress=False)
     assert np.all(pd.fraction[:, -1] >= 0.99)
 
 
@@ -260,18 +255,17 @@ def test_orthogonal_start_follows_gamma_beta(dynamics, kind, betas):
     betas = np.array(betas)
     for form in (GramForm(), ParticleForm()):
         pd = phase_diagram(
-            betas,
+            eqx.filter_vmap(dynamics)(jnp.asarray(betas)),
             x0,
             dt=dt,
             save_ts=ts,
-            dynamics=dynamics,
             integrator=P.ProjectedRK4(),
             delta=delta,
             form=form,
             progress=False,
         )
         for i, b in enumerate(betas):
-            crossing = float(gamma_infinity(b, delta, n, kind))
+            crossing = float(gamma_infinity(dynamics(b), delta, n))
             assert 0.5 < crossing < ts[-1] - 0.5
             gamma = np.asarray(gamma_beta(jnp.asarray(ts), b, n, kind))
             away = np.abs(ts - crossing) > 0.05
@@ -289,17 +283,23 @@ def test_clustering_curve_jit_vmap_and_chunking_consistency(rng):
     betas = jnp.asarray([0.5, 4.0, 9.0])
     ts = np.array([0.5, 2.0, 5.0, 9.0])
     kw = dict(dt=0.1, save_ts=ts)
-    eager = np.array([[clustering_curve(b, x, **kw) for x in starts] for b in betas])
-    jitted = jax.jit(lambda b, x: clustering_curve(b, x, **kw))
-    looped = np.array([[jitted(b, x) for x in starts] for b in betas])
+    eager = np.array([[clustering_curve(P.SA(b), x, **kw) for x in starts] for b in betas])
+    jitted = jax.jit(lambda dyn, x: clustering_curve(dyn, x, **kw))
+    looped = np.array([[jitted(P.SA(b), x) for x in starts] for b in betas])
     vmapped = jax.jit(
-        jax.vmap(jax.vmap(lambda b, x: clustering_curve(b, x, **kw), (None, 0)), (0, None))
+        jax.vmap(jax.vmap(lambda b, x: clustering_curve(P.SA(b), x, **kw), (None, 0)), (0, None))
     )(betas, starts)
     np.testing.assert_array_equal(eager, looped)
     np.testing.assert_array_equal(eager, np.asarray(vmapped))
     for chunk, flight in ((1, 1), (5, 3), (None, None)):
         pd = phase_diagram(
-            betas, starts, chunk_size=chunk, in_flight=flight, per_start=True, progress=False, **kw
+            eqx.filter_vmap(P.SA)(betas),
+            starts,
+            chunk_size=chunk,
+            in_flight=flight,
+            per_start=True,
+            progress=False,
+            **kw,
         )
         np.testing.assert_array_equal(pd.per_start, eager)
     assert eager.max() > 0 and eager.min() == 0
@@ -308,9 +308,136 @@ def test_clustering_curve_jit_vmap_and_chunking_consistency(rng):
 def test_float32_starts_run_in_float32(getkey):
     starts = random_starts(getkey(), 2, 8, 8, jnp.float32)
     assert starts.dtype == jnp.float32
-    curve = clustering_curve(0.5, starts[0], dt=0.1, save_ts=[0.0, 20.0])
+    curve = clustering_curve(P.SA(0.5), starts[0], dt=0.1, save_ts=[0.0, 20.0])
     assert curve.dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(curve), [0.0, 1.0])
+
+
+# ---------------------------------------------------------------- the dynamics object
+
+
+def _old_call(fn, *args, **kwargs):
+    """A call in the old form (β first, the class and matrices as keywords): it warns."""
+    with pytest.warns(DeprecationWarning, match="old form"):
+        return fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("dynamics", [P.SA, P.USA])
+@pytest.mark.parametrize("matrices", ["identity", "qkv", "heads"])
+def test_object_form_equals_old_form(dynamics, matrices, rng):
+    # A batch from eqx.filter_vmap (matrices broadcast to (B, ...)) and the same batch sharing
+    # its matrices (β leaf swapped by eqx.tree_at) give bitwise the numbers of the old call
+    # phase_diagram(betas, ..., dynamics=cls, Q=Q, K=K, V=V); both equal simulate +
+    # fraction_clustered cell by cell (in clustered-pair counts).
+    d = 6
+    mats = {
+        "identity": {},
+        "qkv": {name: rng.normal(size=(d, d)) / np.sqrt(d) for name in "QKV"},
+        "heads": {name: rng.normal(size=(2, 3, d)) / np.sqrt(d) for name in "QK"},
+    }[matrices]
+    mats = {name: jnp.asarray(m) for name, m in mats.items()}
+    betas = np.array([0.5, 1.5, 3.0])  # B = 3, not the head count
+    starts = _sphere(rng, 3, 5, d)
+    ts = np.array([0.0, 1.0, 4.0, 2.5])
+    kw = dict(dt=0.1, save_ts=ts, integrator=P.ProjectedRK2(), per_start=True, progress=False)
+    old = _old_call(phase_diagram, betas, starts, dynamics=dynamics, **mats, **kw)
+    broadcast = eqx.filter_vmap(lambda b: dynamics(b, **mats))(jnp.asarray(betas))
+    shared = eqx.tree_at(lambda s: s.beta, dynamics(0.0, **mats), jnp.asarray(betas))
+    if mats:
+        assert broadcast.Q.shape[0] == 3 and shared.Q.shape == mats["Q"].shape
+    for batch in (broadcast, shared):
+        new = phase_diagram(batch, starts, **kw)
+        np.testing.assert_array_equal(new.per_start, old.per_start)
+        np.testing.assert_array_equal(new.fraction, old.fraction)
+        np.testing.assert_array_equal(new.sem, old.sem)
+        np.testing.assert_array_equal(new.betas, betas)
+        assert type(new.form) is type(old.form) is (ParticleForm if mats else ReducedForm)
+    direct = _direct(
+        lambda b: dynamics(b, **mats), betas, starts, ts, dt=0.1, integrator=kw["integrator"]
+    )
+    pairs = 5 * 4 / 2
+    np.testing.assert_array_equal(np.rint(old.per_start * pairs), np.rint(direct * pairs))
+    assert direct.max() > 0 and np.all(np.isfinite(direct))  # not a trivial diagram
+    # the single-trajectory entry points: object form == old form, bitwise
+    one = dict(dt=0.1, save_ts=ts, integrator=kw["integrator"])
+    for fn in (clustering_curve, P.gram_trajectory):
+        got = fn(dynamics(1.5, **mats), starts[1], **one)
+        want = _old_call(fn, 1.5, starts[1], dynamics=dynamics, **mats, **one)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    np.testing.assert_array_equal(
+        np.asarray(clustering_curve(dynamics(1.5, **mats), starts[1], **one)), old.per_start[1, 1]
+    )
+
+
+def test_single_instance_equals_batch_of_one(rng):
+    d = 8
+    starts = _sphere(rng, 3, 6, d)
+    q = jnp.asarray(rng.normal(size=(d, d)) / np.sqrt(d))
+    kw = dict(dt=0.1, save_ts=[0.0, 2.0, 5.0], per_start=True, progress=False)
+    for make in (P.SA, lambda b: P.USA(b, Q=q), lambda b: P.SA(b, repulsive=True)):
+        one = phase_diagram(make(2.0), starts, **kw)
+        batch = phase_diagram(eqx.filter_vmap(make)(jnp.array([2.0])), starts, **kw)
+        wider = phase_diagram(eqx.filter_vmap(make)(jnp.array([0.5, 2.0])), starts, **kw)
+        assert one.betas.tolist() == [2.0] and one.per_start.shape == (1, 3, 3)
+        assert type(one.form) is type(batch.form) is type(wider.form)
+        np.testing.assert_array_equal(one.per_start, batch.per_start)
+        np.testing.assert_array_equal(one.fraction, batch.fraction)
+        np.testing.assert_array_equal(one.per_start[0], wider.per_start[1])
+    # repulsive is V = -I: the particle form, and the particles spread (nothing clusters)
+    assert isinstance(one.form, ParticleForm) and one.fraction.max() == 0.0
+    want = _direct(
+        lambda b: P.SA(b, repulsive=True), [2.0], starts, [0.0, 2.0, 5.0], 0.1, P.ProjectedEuler()
+    )
+    np.testing.assert_array_equal(one.per_start, want)
+
+
+def test_bad_dynamics_objects_raise_clear_errors(rng):
+    x = _sphere(rng, 2, 4, 4)
+    kw = dict(dt=0.1, save_ts=[1.0], progress=False)
+    betas = jnp.array([1.0, 2.0])
+    varying_q = eqx.filter_vmap(lambda b, q: P.SA(b, Q=q))(
+        betas, jnp.asarray(_sphere(rng, 2, 4, 4))
+    )
+    ffn = P.FFNAugmented(P.SA(1.0), w=np.zeros((4, 3)), a=np.zeros((3, 4)), b=np.zeros(3))
+    cases = [
+        (P.SA, "dynamics=SA is a class; pass an instance, e.g. SA\\(beta=1.0\\)"),
+        (P.Hardmax(), "type Hardmax is not supported; valid choices: a wb.particles.SA or"),
+        (ffn, "type FFNAugmented is not supported"),
+        ("SA", "type str is not supported"),
+        (varying_q, r"dynamics.Q has shape \(2, 4, 4\), read as one Q per β .* differs across"),
+    ]
+    for dynamics, match in cases:
+        with pytest.raises(ValueError, match=match):
+            phase_diagram(dynamics, x, **kw)
+    with pytest.raises(ValueError, match="dynamics=USA is a class"):
+        clustering_curve(P.USA, x[0], dt=0.1, save_ts=[1.0])
+    with pytest.raises(ValueError, match="Hardmax is not supported"):
+        P.gram_trajectory(P.Hardmax(), x[0], dt=0.1, save_ts=[1.0])
+    with pytest.raises(ValueError, match="Q= belong to the old form"):
+        phase_diagram(P.SA(1.0), x, Q=np.eye(4), **kw)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'betas'"):
+        phase_diagram(P.SA(1.0), x, betas=[1.0], **kw)
+    with pytest.raises(ValueError, match="concrete, not traced"):
+        jax.jit(lambda b: phase_diagram(P.SA(b), x, **kw))(1.0)
+
+
+def test_old_form_still_checks_its_arguments(rng):
+    x = _sphere(rng, 2, 4, 4)
+    kw = dict(dt=0.1, save_ts=[1.0], progress=False)
+    cases = [
+        ((np.ones((2, 2)),), {}, "betas must be a non-empty 1-D array"),
+        ((1.0,), {}, "1-D array"),
+        ((np.array([1.0, np.nan]),), {}, "betas must be finite"),
+        ((np.ones(2),), dict(dynamics=P.Hardmax), "pass the class SA or USA"),
+        ((np.ones(2),), dict(Q=np.ones((4, 3))), "must all act on the same d|shape"),
+        ((np.ones(2),), dict(Q=np.ones((5, 5))), "d = 4"),
+        ((np.ones(2),), dict(Q=np.eye(4), form=GramForm()), "Q = K = V = I"),
+    ]
+    for args, change, match in cases:
+        with pytest.raises(ValueError, match=match), pytest.warns(DeprecationWarning):
+            phase_diagram(*args, x, **kw, **change)
+    with pytest.raises(ValueError, match="scalar"), pytest.warns(DeprecationWarning):
+        clustering_curve(jnp.ones(2), x[0], dt=0.1, save_ts=[1.0])
 
 
 # ---------------------------------------------------------------- errors
@@ -319,10 +446,13 @@ def test_float32_starts_run_in_float32(getkey):
 def test_bad_inputs_raise_clear_errors(rng):
     x = _sphere(rng, 2, 4, 4)
     ok = dict(dt=0.1, save_ts=[1.0], progress=False)
+    sa = lambda **m: eqx.filter_vmap(lambda b: P.SA(b, **m))(jnp.array([1.0, 2.0]))
     cases = [
-        (dict(betas=np.ones((2, 2))), "1-D array"),
-        (dict(betas=1.0), "1-D array"),
-        (dict(betas=np.array([1.0, np.nan])), "finite"),
+        (dict(dynamics=eqx.tree_at(lambda s: s.beta, P.SA(0.0), jnp.ones((2, 2)))), r"\(B,\)"),
+        (
+            dict(dynamics=eqx.tree_at(lambda s: s.beta, P.SA(0.0), jnp.array([1.0, jnp.nan]))),
+            "dynamics.beta must be finite",
+        ),
         (dict(starts=x * 1.01), "unit vectors"),
         (dict(starts=x[0]), "starts\\[None\\]"),
         (dict(starts=_sphere(rng, 2, 1, 4)), "n >= 2"),
@@ -333,12 +463,11 @@ def test_bad_inputs_raise_clear_errors(rng):
         (dict(save_ts=[]), "non-empty"),
         (dict(save_ts=[-1.0]), ">= 0"),
         (dict(delta=0.0), "delta"),
-        (dict(dynamics=P.Hardmax), "SA or"),
         (dict(integrator="euler"), "not a sphere integrator"),
-        (dict(Q=np.ones((4, 3))), "must all act on the same d|shape"),
-        (dict(Q=np.ones((5, 5))), "d = 4"),
-        (dict(Q=np.eye(4), form=GramForm()), "Q = K = V = I"),
-        (dict(V=np.eye(4), form=ReducedForm()), "Q = K = V = I"),
+        (dict(dynamics=sa(Q=jnp.ones((5, 5)))), "d = 4"),
+        (dict(dynamics=sa(Q=jnp.eye(4)), form=GramForm()), "Q = K = V = I"),
+        (dict(dynamics=sa(V=jnp.eye(4)), form=ReducedForm()), "Q = K = V = I"),
+        (dict(dynamics=P.SA(1.0, repulsive=True), form=ReducedForm()), "Q = K = V = I"),
         (
             dict(integrator=P.DiffraxProjected(__import__("diffrax").Tsit5()), form=GramForm()),
             "no Gram recursion",
@@ -347,13 +476,13 @@ def test_bad_inputs_raise_clear_errors(rng):
         (dict(chunk_size=0), "chunk_size"),
     ]
     for change, match in cases:
-        kw = {"betas": np.array([1.0, 2.0]), "starts": x, **ok, **change}
+        kw = {"dynamics": sa(), "starts": x, **ok, **change}
         with pytest.raises(ValueError, match=match):
-            phase_diagram(kw.pop("betas"), kw.pop("starts"), **kw)
+            phase_diagram(kw.pop("dynamics"), kw.pop("starts"), **kw)
     with pytest.raises(ValueError, match="scalar"):
-        clustering_curve(jnp.ones(2), x[0], dt=0.1, save_ts=[1.0])
+        clustering_curve(sa(), x[0], dt=0.1, save_ts=[1.0])
     with pytest.raises(ValueError, match="unit vectors"):
-        clustering_curve(1.0, 2 * x[0], dt=0.1, save_ts=[1.0])
+        clustering_curve(P.SA(1.0), 2 * x[0], dt=0.1, save_ts=[1.0])
     with pytest.raises(ValueError, match="no Gram form"):
         gram_step(
             x[0] @ x[0].T, 1.0, 0.1, integrator=P.DiffraxProjected(__import__("diffrax").Tsit5())

@@ -34,17 +34,18 @@ _SWEEP = textwrap.dedent(
     if nproc > 1:
         jax.distributed.initialize(f"localhost:{port}", num_processes=nproc, process_id=pid)
     jax.config.update("jax_enable_x64", True)
+    import equinox as eqx
     import numpy as np
     from workbench import particles as P
     # 13 starts: not a multiple of 2, 4 or 8 devices (the last block is padded).
     starts = P.random_starts(jax.random.key(0), 13, 16, 8)
-    betas = np.linspace(0.5, 6.0, 5)
+    sa = eqx.filter_vmap(P.SA)(jax.numpy.asarray(np.linspace(0.5, 6.0, 5)))
     kw = dict(dt=0.1, save_ts=np.arange(21) * 0.5, per_start=True, progress=False)
     out = {"devices": len(jax.devices()), "processes": jax.process_count(), "runs": {}}
     counts = [len(jax.devices())] if nproc > 1 else [1, 2, 4, len(jax.devices())]
     for k in counts:
         # chunk_size=8: several chunks per diagram, so padding and chunk order are exercised.
-        pd = P.phase_diagram(betas, starts, devices=jax.devices()[:k], chunk_size=8, **kw)
+        pd = P.phase_diagram(sa, starts, devices=jax.devices()[:k], chunk_size=8, **kw)
         out["runs"][k] = [pd.fraction.tolist(), pd.sem.tolist(), pd.per_start.tolist()]
     if nproc == 1 and len(jax.devices()) == 8:
         from workbench._sharding import CellMesh

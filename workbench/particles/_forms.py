@@ -2,16 +2,20 @@ r"""The sweep forms: how a sweep advances one configuration, as objects that car
 
 `ParticleForm` (the particles `X`), `ReducedForm` (`X` in an orthonormal basis of its span) and
 `GramForm` (`G = X Xᵀ`) each say which inputs they accept (`check`), how a start becomes the
-state (`prepare` once per batch, `initial` per trajectory), how the state advances one step
-(`advance`), what is observed (`gram`, `statistic`), how a chunk is vmapped over (β, start) pairs
-(`map_pairs`) and how wide the state is (`width`, for the default chunk size). The kernel
-(`_phase_kernel`) only calls these methods.
+state (`prepare` once per batch, `initial` per trajectory), how the state advances one step of a
+dynamics (`advance`), what is observed (`gram`, `statistic`), how a chunk is vmapped over
+(dynamics, start) pairs (`map_pairs`) and how wide the state is (`width`, for the default chunk
+size). The kernel (`_phase_kernel`) only calls these methods.
+
+The dynamics is an object: one `SA` / `USA` (a scalar β, traced inside the kernel) for a
+trajectory, and for a chunk a batch of them, the same object with β of shape `(B,)` and the
+matrices shared (`map_pairs` vmaps over the β leaf only, `_beta_axes`). Nothing is rebuilt from
+(class, β, Q, K, V) inside a step.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -19,17 +23,32 @@ import jax.numpy as jnp
 
 from .._types import Tokens
 from ._cluster_statistics import Gram, _pair_fraction, _pair_fraction_of_rows
-from ._dynamics import SA
-from ._gram_algebra import _euler_rows, _gram_advance, _gram_supported
+from ._dynamics import SA, USA
+from ._gram_algebra import _as_beta, _euler_rows, _gram_advance, _gram_supported
 from ._integrators import AbstractSphereIntegrator, ProjectedEuler
 from ._reduction import _reduce, _reduce_all
 
 
+def _with_beta(dynamics: SA | USA, beta) -> SA | USA:
+    """`dynamics` with its β leaf replaced by `beta` (a leaf swap: no constructor, no checks; at
+    trace time it costs nothing). With `beta` of shape `(B,)` this is a batch over β sharing the
+    matrices."""
+    return eqx.tree_at(lambda dyn: dyn.beta, dynamics, beta)
+
+
+def _beta_axes(dynamics: SA | USA):
+    """`in_axes` for a batch of dynamics: axis 0 on the β leaf, `None` (shared) on the matrices."""
+    unbatched = jax.tree.map(lambda _: None, dynamics)
+    return eqx.tree_at(lambda dyn: dyn.beta, unbatched, 0, is_leaf=lambda leaf: leaf is None)
+
+
+def _is_identity(dynamics: SA | USA) -> bool:
+    """Whether the dynamics has `Q = K = V = I` (no matrices, not repulsive: `V = −I` there)."""
+    return all(m is None for m in (dynamics.Q, dynamics.K, dynamics.V)) and not dynamics.repulsive
+
+
 class AbstractForm(eqx.Module):
     """How a sweep advances one configuration: `ReducedForm()`, `GramForm()` or `ParticleForm()`."""
-
-    # Whether the kernel computes |β| once before the time loop (see `_Beta`).
-    hoist_shift: ClassVar[bool] = True
 
     def check(self, *, matrices_given: bool, integrator: AbstractSphereIntegrator) -> None:
         """Raise `ValueError` if this form cannot run with these dynamics matrices / integrator."""
@@ -47,8 +66,10 @@ class AbstractForm(eqx.Module):
         """The columns of the state `(n, width)` (the default chunk size scales with it)."""
 
     @abc.abstractmethod
-    def advance(self, dynamics: type, integrator: AbstractSphereIntegrator, Q, K, V):
-        """`(state, beta, dt) -> state` for one step (`beta` a `_Beta` or an array)."""
+    def advance(self, dynamics: SA | USA, integrator: AbstractSphereIntegrator):
+        """`(state, dt) -> state`: one step of `dynamics` (one `SA` / `USA`, β a scalar, possibly
+        traced). Called once per trajectory before the time loop: what it computes outside the
+        returned step (e.g. `|β|`) is computed once."""
 
     @abc.abstractmethod
     def gram(self, state) -> Gram:
@@ -58,37 +79,37 @@ class AbstractForm(eqx.Module):
     def statistic(self, state, delta):
         """`fraction_clustered` of the state."""
 
-    def map_pairs(self, one, betas, starts):
-        """`one(β, start)` over every pair, shape `(len(betas), len(starts), ...)`."""
+    def map_pairs(self, one, dynamics, starts):
+        """`one(member, start)` over every pair of a member of the batch `dynamics` (β of shape
+        `(B,)`, matrices shared) and a start, shape `(B, len(starts), ...)`."""
         # Measured: for the particle and Gram forms nested vmaps are as fast or faster.
-        return jax.vmap(lambda b: jax.vmap(lambda x: one(b, x))(starts))(betas)
+        over_starts = lambda member: jax.vmap(lambda x: one(member, x))(starts)
+        return jax.vmap(over_starts, in_axes=(_beta_axes(dynamics),))(dynamics)
 
     def _require_identity(self, matrices_given: bool) -> None:
         if matrices_given:
             raise ValueError(
-                f"form={type(self).__name__}() needs Q = K = V = I (it uses rotation invariance); "
-                "pass form=ParticleForm() (or None) with dynamics matrices."
+                f"form={type(self).__name__}() needs Q = K = V = I (it uses rotation invariance; "
+                "repulsive dynamics count as V = -I); pass form=ParticleForm() (or None) with "
+                "dynamics matrices."
             )
 
 
 class _AbstractRowForm(AbstractForm):
     """A form whose state is a set of rows on the sphere (`ParticleForm`, `ReducedForm`)."""
 
-    def _matrices(self, q, k):
-        """The `(Q, K)` the step uses (`ParticleForm` may fuse them)."""
-        return q, k
+    def _stepped(self, dynamics: SA | USA) -> SA | USA:
+        """The dynamics the step evaluates (`ParticleForm` may fuse `Q` and `K`)."""
+        return dynamics
 
-    def advance(self, dynamics, integrator, Q, K, V):
-        normalized = dynamics is SA
-        q, k, v = Q, K, V
-        if q is None and k is None and v is None and isinstance(integrator, ProjectedEuler):
-            return lambda x, beta, dt: _euler_rows(x, beta, dt, normalized)
-        q, k = self._matrices(q, k)
-
-        def step(x, beta, dt):
-            return integrator.step(dynamics(beta.value, Q=q, K=k, V=v), x, dt)
-
-        return step
+    def advance(self, dynamics, integrator):
+        if _is_identity(dynamics) and isinstance(integrator, ProjectedEuler):
+            # |β| once, before the time loop (see `_Beta`).
+            beta = _as_beta(dynamics.beta)
+            normalized = isinstance(dynamics, SA)
+            return lambda x, dt: _euler_rows(x, beta, dt, normalized)
+        stepped = self._stepped(dynamics)
+        return lambda x, dt: integrator.step(stepped, x, dt)
 
     def gram(self, state) -> Gram:
         return state @ state.T
@@ -103,7 +124,7 @@ class ParticleForm(_AbstractRowForm):
 
     With `Q = K = V = I` and `ProjectedEuler` the step is written as `x⁺ = normalize(M X)` with
     the row-scaled `M = E + diag(z/dt − e)` of `GramForm` (no softmax division; the scaling cancels
-    in the normalization); otherwise it is `integrator.step(dynamics(β, Q=Q, K=K, V=V), X, dt)`.
+    in the normalization); otherwise it is `integrator.step(dynamics, X, dt)`.
 
     **Arguments:**
 
@@ -120,10 +141,13 @@ class ParticleForm(_AbstractRowForm):
     def width(self, n: int, d: int) -> int:
         return d
 
-    def _matrices(self, q, k):
+    def _stepped(self, dynamics):
+        q, k = dynamics.Q, dynamics.K
         if self.fuse_qk and q is not None and k is not None and q.ndim == k.ndim == 2:
-            q, k = k.T @ q, None  # ⟨(KᵀQ) x, y⟩ = ⟨Q x, K y⟩
-        return q, k
+            # ⟨(KᵀQ) x, y⟩ = ⟨Q x, K y⟩; a leaf swap (once per trajectory, before the loop).
+            fused = (k.T @ q, None)
+            return eqx.tree_at(lambda dyn: (dyn.Q, dyn.K), dynamics, fused)
+        return dynamics
 
 
 class ReducedForm(_AbstractRowForm):
@@ -154,14 +178,14 @@ class ReducedForm(_AbstractRowForm):
     def width(self, n: int, d: int) -> int:
         return min(n, d)
 
-    def map_pairs(self, one, betas, starts):
+    def map_pairs(self, one, dynamics, starts):
         # One vmap over the flattened (β, start) pairs: with two nested vmaps XLA:CPU materializes a
         # transposed copy of the n × n state for `x xᵀ` at every step instead of fusing it into the
         # product (measured ~1.4× slower).
-        num_betas, num_starts = betas.shape[0], starts.shape[0]
-        pairs_beta = jnp.repeat(betas, num_starts)
+        num_betas, num_starts = dynamics.beta.shape[0], starts.shape[0]
+        pairs = _with_beta(dynamics, jnp.repeat(dynamics.beta, num_starts))
         pairs_start = jnp.tile(starts, (num_betas, 1, 1))
-        values = jax.vmap(one)(pairs_beta, pairs_start)
+        values = jax.vmap(one, in_axes=(_beta_axes(pairs), 0))(pairs, pairs_start)
         return values.reshape(num_betas, num_starts, -1)
 
 
@@ -201,9 +225,6 @@ class GramForm(AbstractForm):
     statistic at `δ = 1e-3`, but `ReducedForm` (same cost, particle-form accuracy) is the default.
     """
 
-    # The kernel leaves |β| inside the step: the Gram form measured faster without hoisting it.
-    hoist_shift: ClassVar[bool] = False
-
     def check(self, *, matrices_given: bool, integrator: AbstractSphereIntegrator) -> None:
         self._require_identity(matrices_given)
         if not _gram_supported(integrator):
@@ -219,8 +240,11 @@ class GramForm(AbstractForm):
     def width(self, n: int, d: int) -> int:
         return n
 
-    def advance(self, dynamics, integrator, Q, K, V):
-        return _gram_advance(integrator, dynamics is SA)
+    def advance(self, dynamics, integrator):
+        step = _gram_advance(integrator, isinstance(dynamics, SA))
+        # |β| stays inside the step (`_weights_scaled`): the Gram form measured faster so.
+        beta = dynamics.beta
+        return lambda g, dt: step(g, beta, dt)
 
     def gram(self, state) -> Gram:
         return state

@@ -1,6 +1,18 @@
 """Input validation shared by the sweep entry points (`phase_diagram`, `clustering_curve`,
 `gram_trajectory`, `random_starts`, `gram_step`): each check raises `ValueError` naming its
-caller (`owner`) and returns the normalized value."""
+caller (`owner`) and returns the normalized value.
+
+**How a sweep reads its dynamics object** (`_sweep_dynamics`): an `SA` / `USA` instance with a
+scalar β is one dynamics (B = 1); one whose β has shape `(B,)` is a batch over β, as
+`eqx.filter_vmap(SA)(betas)` builds it. Such a batch carries its matrices either with the batch
+axis — `eqx.filter_vmap(lambda b: SA(b, Q=Q, K=K, V=V))(betas)` broadcasts every array leaf, so
+`Q` becomes `(B, d_k, d)` — or without it (a batch built with `out_axes`, or `eqx.tree_at` on the
+β leaf). A matrix is read as carrying the batch axis when it has at least 3 axes and its leading
+axis has length B (the `filter_vmap` convention; a 2-D matrix, or a head axis of another length,
+is shared as it is). A sweep shares the matrices across β: a batched matrix must be the same for
+every β, and its first entry is used. (A matrix with `h = B` heads and no batch axis is read as
+batched: give such matrices the batch axis, as `filter_vmap` does.)
+"""
 
 from __future__ import annotations
 
@@ -10,19 +22,100 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._dynamics import SA, USA
+from ._dynamics import _MATRIX_NAMES, SA, USA
 from ._integrators import AbstractSphereIntegrator
 from ._simulate import _sphere_tolerance
 
 _DYNAMICS = (SA, USA)
 
 
-def _check_dynamics(owner: str, dynamics) -> None:
-    if dynamics not in _DYNAMICS:
+def _check_dynamics_type(owner: str, dynamics) -> None:
+    """An `SA` or `USA` instance (not the class, not another dynamics)."""
+    if isinstance(dynamics, type):
         raise ValueError(
-            f"{owner}: dynamics={dynamics!r}; pass the class wb.particles.SA or "
-            "wb.particles.USA (β comes from the sweep)."
+            f"{owner}: dynamics={dynamics.__name__} is a class; pass an instance, e.g. "
+            f"{dynamics.__name__}(beta=1.0), or a batch over β, eqx.filter_vmap("
+            f"{dynamics.__name__})(betas)."
         )
+    if type(dynamics) not in _DYNAMICS:
+        raise ValueError(
+            f"{owner}: dynamics of type {type(dynamics).__name__} is not supported; valid "
+            "choices: a wb.particles.SA or wb.particles.USA instance (one β) or a batch of them "
+            "over β (eqx.filter_vmap(SA)(betas))."
+        )
+
+
+def _rebuilt(owner: str, cls: type, beta, matrices: dict, repulsive: bool, d: int | None):
+    """`cls(beta, **matrices, repulsive=...)` (its `__check_init__` checks the matrices), checked
+    against `d`; errors are prefixed by `owner`."""
+    try:
+        dynamics = cls(beta, **matrices, repulsive=repulsive)
+        if d is not None:
+            dynamics.check_dimension(d)
+    except ValueError as e:
+        raise ValueError(f"{owner}: {e}") from None
+    return dynamics
+
+
+def _sweep_dynamics(owner: str, dynamics) -> tuple[SA | USA, np.ndarray]:
+    """The sweep's dynamics: one `SA` / `USA` or a batch over β (module docstring).
+
+    **Returns:** `(member, betas)`: `member` a dynamics of the same type with the shared matrices
+    (and β = 0, a placeholder; check it against `d` with `_check_dimension`), `betas` the `(B,)`
+    inverse temperatures (B = 1 for one instance).
+    """
+    _check_dynamics_type(owner, dynamics)
+    cls = type(dynamics)
+    leaves = [dynamics.beta] + [getattr(dynamics, name) for name in _MATRIX_NAMES]
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        raise ValueError(
+            f"{owner}: the dynamics must be concrete, not traced (do not jit {owner}; build the "
+            f"batch outside, e.g. eqx.filter_vmap({cls.__name__})(betas))."
+        )
+    beta = np.asarray(dynamics.beta)
+    if beta.ndim > 1:
+        raise ValueError(
+            f"{owner}: dynamics.beta has shape {beta.shape}; pass one {cls.__name__} (β a "
+            f"scalar) or a batch over β (β of shape (B,), e.g. eqx.filter_vmap({cls.__name__})"
+            "(betas))."
+        )
+    betas = _check_betas(owner, np.atleast_1d(beta), name="dynamics.beta")
+    matrices = {}
+    for name in _MATRIX_NAMES:
+        m = getattr(dynamics, name)
+        if m is not None and beta.ndim == 1 and m.ndim >= 3 and m.shape[0] == betas.size:
+            if not bool(jnp.all(m == m[:1])):
+                raise ValueError(
+                    f"{owner}: dynamics.{name} has shape {tuple(m.shape)}, read as one {name} per "
+                    f"β (leading axis B = {betas.size}), and it differs across the batch; a sweep "
+                    "shares Q, K, V across β: give every β the same matrices, e.g. "
+                    f"eqx.filter_vmap(lambda b: {cls.__name__}(b, Q=Q, K=K, V=V))(betas). (With "
+                    f"{betas.size} heads and no batch axis the head axis cannot be told from the "
+                    "batch axis: give the matrices the batch axis, as eqx.filter_vmap does.)"
+                )
+            m = m[0]
+        matrices[name] = m
+    return _rebuilt(owner, cls, 0.0, matrices, dynamics.repulsive, None), betas
+
+
+def _check_dimension(owner: str, dynamics: SA | USA, d: int) -> None:
+    try:
+        dynamics.check_dimension(d)
+    except ValueError as e:
+        raise ValueError(f"{owner}: {e}") from None
+
+
+def _single_dynamics(owner: str, dynamics, d: int) -> SA | USA:
+    """One `SA` / `USA` (β a scalar, possibly traced) whose matrices fit `d`."""
+    _check_dynamics_type(owner, dynamics)
+    if jnp.ndim(dynamics.beta) != 0:
+        raise ValueError(
+            f"{owner}: dynamics.beta must be a scalar (one trajectory); got shape "
+            f"{jnp.shape(dynamics.beta)}. For many β use phase_diagram, or jax.vmap over the "
+            "β leaf."
+        )
+    _check_dimension(owner, dynamics, d)
+    return dynamics
 
 
 def _check_integrator(owner: str, integrator) -> None:
@@ -52,16 +145,6 @@ def _check_delta(owner: str, delta) -> float:
             f"{owner}: delta={delta!r} must be in (0, 2] (pairs with ⟨x_i, x_j⟩ ≥ 1 − δ)."
         )
     return delta
-
-
-def _check_matrices(owner: str, dynamics, d: int, Q, K, V):
-    """Build the dynamics once with β = 0: its `__check_init__` checks the shapes."""
-    Q, K, V = (None if m is None else jnp.asarray(m) for m in (Q, K, V))
-    try:
-        dynamics(0.0, Q=Q, K=K, V=V).check_dimension(d)
-    except ValueError as e:
-        raise ValueError(f"{owner}: {e}") from None
-    return Q, K, V
 
 
 def _check_starts(owner: str, starts, *, batched: bool):
@@ -103,14 +186,14 @@ def _check_optional_count(owner: str, name: str, value) -> None:
         raise ValueError(f"{owner}: {name}={value!r} must be a positive integer (or None).")
 
 
-def _check_betas(owner: str, betas) -> np.ndarray:
+def _check_betas(owner: str, betas, name: str = "betas") -> np.ndarray:
     """A non-empty 1-D array of finite real inverse temperatures, as a NumPy array."""
     b = np.asarray(betas)
     if b.ndim != 1 or b.size == 0:
         raise ValueError(
-            f"{owner}: betas must be a non-empty 1-D array of inverse temperatures, shape (B,); "
+            f"{owner}: {name} must be a non-empty 1-D array of inverse temperatures, shape (B,); "
             f"got shape {b.shape}."
         )
     if not np.issubdtype(b.dtype, np.number) or np.iscomplexobj(b) or not np.all(np.isfinite(b)):
-        raise ValueError(f"{owner}: betas must be finite real numbers; got {b!r}.")
+        raise ValueError(f"{owner}: {name} must be finite real numbers; got {b!r}.")
     return b

@@ -1,14 +1,16 @@
 r"""The batched phase-diagram kernel: the clustering statistic of Fig. 3 over β × starts × time.
 
-For inverse temperatures `betas` `(B,)` and random starts `(S, n, d)` on the sphere, every pair
-(β, start) is integrated with a fixed-step sphere integrator, and at each saved time the statistic
+For a batch of dynamics over β (`eqx.filter_vmap(SA)(betas)`: an `SA` / `USA` whose β has shape
+`(B,)`, the matrices shared) and random starts `(S, n, d)` on the sphere, every pair (β, start)
+is integrated with a fixed-step sphere integrator, and at each saved time the statistic
 
 $$F_\delta(x) = \frac{2}{n(n-1)}\,\#\{i < j : \langle x_i, x_j\rangle \ge 1 - \delta\}$$
 
 (`fraction_clustered`) is recorded; `phase_diagram` returns its mean over starts `(B, T)` (and
-optionally every start's value). The trajectories are a `jax.vmap` over β and starts of one
-`lax.scan` over blocks of steps between observations, jitted once per shape; the host feeds them
-in chunks (bounded memory, a progress bar), dispatched asynchronously.
+optionally every start's value). The trajectories are a `jax.vmap` over the β leaf of the
+dynamics and the starts of one `lax.scan` over blocks of steps between observations, jitted once
+per shape; the host feeds them in chunks (bounded memory, a progress bar), dispatched
+asynchronously.
 
 Three ways to advance a configuration (`form=`), all the same algorithm in exact arithmetic:
 

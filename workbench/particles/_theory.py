@@ -28,12 +28,14 @@ import math
 from fractions import Fraction
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._types import Tokens
+from ._dynamics import _MATRIX_NAMES, SA, USA
 
 __all__ = [
     "clustering_rate_bound",
@@ -252,11 +254,43 @@ def _gamma_beta(ts, beta, n, *, kind, rtol, atol, max_steps):
 # Thm 6.9: Gamma_infinity
 
 
+def _kind_and_betas(dynamics, kind):
+    """`(kind, betas)` from an `SA` / `USA` object (one or a batch over β), or from the old form
+    (an array of β and the string `kind`, default `"SA"`)."""
+    if isinstance(dynamics, type):
+        raise ValueError(
+            f"gamma_infinity: dynamics={dynamics.__name__} is a class; pass an instance, e.g. "
+            f"{dynamics.__name__}(beta=1.0), or a batch over β, "
+            f"eqx.filter_vmap({dynamics.__name__})(betas)."
+        )
+    if type(dynamics) in (SA, USA):
+        given = [name for name in _MATRIX_NAMES if getattr(dynamics, name) is not None]
+        if given or dynamics.repulsive:
+            what = f"{', '.join(given)} given" if given else "repulsive=True (V = -I)"
+            raise ValueError(
+                f"gamma_infinity: the dynamics has {what}; Thm 6.9 (and γ_β) is for "
+                f"Q = K = V = I: pass {type(dynamics).__name__}(beta) without matrices."
+            )
+        if kind is not None:
+            raise ValueError(
+                f"gamma_infinity: kind={kind!r} with a dynamics object; the kind comes from the "
+                f"object ({type(dynamics).__name__}): drop kind."
+            )
+        return type(dynamics).__name__, dynamics.beta
+    if isinstance(dynamics, eqx.Module):
+        raise ValueError(
+            f"gamma_infinity: dynamics of type {type(dynamics).__name__} is not supported; valid "
+            "choices: a wb.particles.SA or wb.particles.USA instance (one β or a batch over β), "
+            "or (old form) an array of β with kind='SA' or 'USA'."
+        )
+    return _check_kind("SA" if kind is None else kind), dynamics
+
+
 def gamma_infinity(
-    betas: Float[ArrayLike, "*b"],
+    dynamics: SA | USA | Float[ArrayLike, "*b"],
     delta: float = 1e-3,
     n: int = 32,
-    kind: str = "SA",
+    kind: str | None = None,
     *,
     panels: int = 64,
     nodes: int = 16,
@@ -283,17 +317,23 @@ def gamma_infinity(
 
     **Arguments:**
 
-    - `betas`: inverse temperatures, any shape (may be traced).
+    - `dynamics`: the dynamics whose curve is wanted: `SA(beta)` or `USA(beta)` with
+      `Q = K = V = I` (no matrices, not repulsive: the theorem's case), or a batch of them over
+      β (`eqx.filter_vmap(SA)(betas)`); β and the kind come from it (β may be traced). Also
+      accepted: an array of inverse temperatures, any shape, with `kind`.
     - `delta`: the level $1 - \delta$, $\delta \in (0, 1)$.
     - `n`: number of particles, $n \ge 2$.
-    - `kind`: `"SA"` or `"USA"`.
+    - `kind`: only with an array of β: `"SA"` (default) or `"USA"`.
     - `panels`, `nodes`: the quadrature rule (static positive integers).
 
     **Returns:**
 
-    $t^*(\beta)$, same shape as `betas`.
+    $t^*(\beta)$, the shape of β (`(B,)` for a batch, `()` for one instance).
+
+    **Example:** `gamma_infinity(eqx.filter_vmap(SA)(jnp.linspace(0.1, 9.0, 90)))` is the Fig. 3
+    overlay; `gamma_infinity(jnp.linspace(0.1, 9.0, 90), kind="SA")` the same numbers.
     """
-    kind = _check_kind(kind)
+    kind, betas = _kind_and_betas(dynamics, kind)
     _check_int("n", n, 2, "the pairwise inner product needs two particles")
     _check_delta(delta)
     for name, value in (("panels", panels), ("nodes", nodes)):
