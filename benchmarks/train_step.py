@@ -11,12 +11,12 @@ a linear head on the class token; cross-entropy; AdamW after clipping the global
   `lax.conv_general_dilated`, fused-QKV head-major attention, the blocks' weights stacked and run
   by `lax.scan`, batch by `jax.vmap`, `optax.chain(clip_by_global_norm, adamw)`, one `jax.jit`-ed
   step `(params, opt_state, xs, ys) -> (params, opt_state, loss)`;
-- `workbench`: the step of `wb.control.train`, rebuilt from the same public pieces
-  (`wbc.ControlledModel` of `wbc.PatchEmbedding`, `wbc.random_transformer`, `wbc.ClassifierHead`;
-  `wbc.DiscretizeThenOptimize().value_and_direction` on `wbc.Objective()`;
-  `wbc.default_optimizer`; parameters partitioned by `eqx.is_inexact_array`; `jax.jit`; the
-  finiteness flag of objective and direction, read on the host after every step (a non-finite
-  step is not assigned), and its `jnp.asarray(step)` argument);
+- `workbench`: the library's step, `wbc.TrainStep(wbc.default_optimizer(...))` on the
+  `wbc.ControlledModel` (`wbc.PatchEmbedding`, `wbc.random_transformer`, `wbc.ClassifierHead`;
+  `wbc.DiscretizeThenOptimize` on `wbc.Objective()`), run as `wbc.train` runs it: `jax.jit` of
+  the parameters (partitioned by `eqx.is_inexact_array`), the optimizer state, the batch and the
+  step index, the finiteness flag read on the host after every step (a non-finite step is not
+  assigned);
 - `workbench_no_read`: the same step, `finite` not read on the host after each step;
 - `workbench_no_guard`: the same step without the finiteness flag (nothing read): next to
   `workbench` it shows what the guard costs, next to `workbench_no_read` how much of that is in
@@ -353,24 +353,21 @@ def workbench_model(cfg: Config, depth: int, key) -> wbc.ControlledModel:
 
 
 def workbench_step(static, optimizer, *, guard: bool):
-    """The step of `wb.control.train` (`workbench/control/_trainer.py`), augmentation off;
-    with `guard=False` without the finiteness flag. (The trainer does not select old values on
-    a non-finite step: the host does not assign them.)"""
-    objective, method = wbc.Objective(), wbc.DiscretizeThenOptimize()
+    """The library's step, `wbc.TrainStep(optimizer)` (`DiscretizeThenOptimize` on
+    `Objective()`, augmentation off), called as `wbc.train` calls it: a function of arrays only
+    (parameters, optimizer state, batch, step index; the model's structure closed over) for
+    `jax.jit`. With `guard=False` its finiteness flag is not returned (XLA then drops it)."""
+    step = wbc.TrainStep(optimizer)
+    key = jax.random.key(0)
 
-    def train_step(params, opt_state, xs, ys, step):
-        del step  # the trainer uses it for the augmentation key only
-        model = eqx.combine(params, static)
-        (value, aux), direction = method.value_and_direction(objective, model, xs, ys)
-        direction = eqx.filter(direction, eqx.is_inexact_array)
-        updates, new_state = optimizer.update(direction, opt_state, params)
-        new_params = eqx.apply_updates(params, updates)
+    def train_step(params, opt_state, xs, ys, index):
+        state = wbc.TrainState(eqx.combine(params, static), opt_state, index, key)
+        new, info = step(state, (xs, ys))
+        new_params = eqx.filter(new.model, eqx.is_inexact_array)
+        aux = {k: info[k] for k in ("loss", "kinetic", "control", "accuracy")}
         if not guard:
-            return new_params, new_state, value, aux
-        finite = jnp.isfinite(value) & jnp.all(
-            jnp.asarray([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(direction)])
-        )
-        return new_params, new_state, finite, value, aux
+            return new_params, new.opt_state, info["objective"], aux
+        return new_params, new.opt_state, info["finite"], info["objective"], aux
 
     return train_step
 

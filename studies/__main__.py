@@ -1,5 +1,5 @@
 """`python -m studies ...` is the `workbench` command."""
 
-from .cli import main
+from .cli import entry
 
-raise SystemExit(main())
+entry()

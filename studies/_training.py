@@ -21,8 +21,6 @@ from ._config import ConfigError, check, check_choices, check_divides, check_pos
 SCHEMES = {"lie": wb.schemes.LieTrotter, "strang": wb.schemes.Strang,
            "yoshida4": wb.schemes.Yoshida4, "suzuki4": wb.schemes.Suzuki4}  # fmt: skip
 OPTIMIZERS = ("adamw", "adam", "sgd")
-GRADIENTS = ("dto", "otd", "msa")
-CHECKPOINTING = ("none", "every-step", "binomial")
 ACTIVATIONS = ("gelu", "relu")
 
 
@@ -114,12 +112,10 @@ def fingerprint(config: Any) -> dict:
 
 
 def optimizer(config: Any, steps: int):
-    """The optax optimizer of the config; with `gradient="msa"` plain `sgd(1.0)`, since the
-    method returns its update itself."""
+    """The optax optimizer of the config (a gradient method that brings its own, MSA, applies
+    its own instead: `AbstractGradientMethod.optimizer`)."""
     import optax
 
-    if config.gradient == "msa":
-        return optax.sgd(1.0)
     if config.optimizer == "adamw":
         return wbc.default_optimizer(
             config.learning_rate, steps=steps, warmup=config.warmup,
@@ -136,22 +132,38 @@ def optimizer(config: Any, steps: int):
     )
 
 
+CHECKPOINTING = {
+    "none": lambda: None,
+    "every-step": lambda: wb.CheckpointEvery(1),
+    "binomial": lambda: wb.BinomialCheckpointing(),
+}
+"""What dto's backward pass stores, by the config's name."""
+
+GRADIENTS = {
+    "dto": lambda config: wbc.DiscretizeThenOptimize(CHECKPOINTING[config.checkpointing]()),
+    "otd": lambda config: wbc.OptimizeThenDiscretize(),
+    "msa": lambda config: wbc.SuccessiveApproximations(
+        rho=getattr(config, "msa_rho", 1.0),
+        inner_steps=getattr(config, "msa_inner_steps", 5),
+        inner_learning_rate=getattr(config, "msa_inner_learning_rate", 1e-3),
+        outer_learning_rate=config.learning_rate,
+    ),
+}
+"""The gradient methods by the config's name: the exact gradient of the discrete model, the
+continuous adjoint, Pontryagin's successive approximations."""
+
+
 def gradient_method(config: Any):
-    adjoint = {
-        "none": None,
-        "every-step": wb.CheckpointEvery(1),
-        "binomial": wb.BinomialCheckpointing(),
-    }[config.checkpointing]
-    if config.gradient == "otd":
-        return wbc.OptimizeThenDiscretize()
-    if config.gradient == "msa":
-        return wbc.SuccessiveApproximations(
-            rho=getattr(config, "msa_rho", 1.0),
-            inner_steps=getattr(config, "msa_inner_steps", 5),
-            inner_learning_rate=getattr(config, "msa_inner_learning_rate", 1e-3),
-            outer_learning_rate=config.learning_rate,
-        )
-    return wbc.DiscretizeThenOptimize(adjoint)
+    return GRADIENTS[config.gradient](config)
+
+
+def train_step(config: Any, steps: int, **kwargs) -> wbc.TrainStep:
+    """The config's `TrainStep`: its optimizer, objective and gradient method (`kwargs`: e.g.
+    an augmentation)."""
+    return wbc.TrainStep(
+        optimizer(config, steps), objective=objective(config), method=gradient_method(config),
+        **kwargs,
+    )  # fmt: skip
 
 
 def objective(config: Any) -> wbc.Objective:

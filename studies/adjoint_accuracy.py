@@ -44,6 +44,7 @@ SUMMARY = "Continuous adjoint vs exact discrete gradient: observed order; time a
 SCHEMES = {"lie": wb.schemes.LieTrotter, "strang": wb.schemes.Strang,
            "suzuki4": wb.schemes.Suzuki4, "yoshida4": wb.schemes.Yoshida4}  # fmt: skip
 COST_METHODS = ("dto", "dto-every-step", "dto-binomial", "otd", "msa")
+"""The gradient methods whose cost is measured (keys of `GRADIENT_METHODS`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,16 +245,14 @@ def _accuracy(config: Config) -> list:
     return ladders
 
 
-def _method(name):
-    if name == "dto":
-        return wbc.DiscretizeThenOptimize()
-    if name == "dto-every-step":
-        return wbc.DiscretizeThenOptimize(wb.CheckpointEvery(1))
-    if name == "dto-binomial":
-        return wbc.DiscretizeThenOptimize(wb.BinomialCheckpointing())
-    if name == "otd":
-        return wbc.OptimizeThenDiscretize()
-    return wbc.SuccessiveApproximations(rho=1.0, inner_steps=2)
+GRADIENT_METHODS = {
+    "dto": lambda: wbc.DiscretizeThenOptimize(),
+    "dto-every-step": lambda: wbc.DiscretizeThenOptimize(wb.CheckpointEvery(1)),
+    "dto-binomial": lambda: wbc.DiscretizeThenOptimize(wb.BinomialCheckpointing()),
+    "otd": lambda: wbc.OptimizeThenDiscretize(),
+    "msa": lambda: wbc.SuccessiveApproximations(rho=1.0, inner_steps=2),
+}
+"""The gradient methods of the cost part by name (`COST_METHODS`)."""
 
 
 def _costs(config: Config) -> list:
@@ -264,7 +263,7 @@ def _costs(config: Config) -> list:
         ys = jax.random.randint(key, (config.cost_batch,), 0, 3)
         objective = wbc.Objective()
         for name in progress(config.cost_methods, desc="gradient costs"):
-            method = _method(name)
+            method = GRADIENT_METHODS[name]()
             peaks, seconds, compiles = [], [], []
             for depth in config.depths:
                 model = _model(key, config, d=config.cost_d, layers=depth,

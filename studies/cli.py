@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 _PROG = "workbench"
 _EXIT_USAGE = 2
@@ -60,6 +60,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # before or after a run (the run itself reports its own)
         print(f"{_PROG}: interrupted.", file=sys.stderr)
         return _EXIT_INTERRUPTED
+
+
+def entry() -> None:
+    """The `workbench` console command: `main()`, then exit with its code. An interrupted run
+    leaves the process at once (`os._exit`, after flushing the output): XLA's threads may still
+    be running the interrupted computation, and tearing the interpreter down under them can
+    crash it (a segmentation fault instead of the exit code 130)."""
+    import os
+
+    code = main()
+    if code == _EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -165,8 +165,8 @@ def compute(config: Config, *, run_dir=None) -> Results:
                     refined[v, s] = wbc.evaluate(model, task.test)
                 steps = (config.epochs if s == 0 else config.continue_epochs) * per_epoch
                 result = wbc.train(
+                    wbc.TrainStep(_optimizer(config, steps, s == 0), objective=objective),
                     model, task.train, steps=steps, batch_size=config.batch_size,
-                    objective=objective, optimizer=_optimizer(config, steps, s == 0),
                     seed=config.seed + s, eval_data=task.test, eval_every=steps, log_every=10,
                     run_dir=T.subfolder(run_dir, f"{variant}-smoothness/{factor}N"),
                     checkpoint_every=config.checkpoint_every,

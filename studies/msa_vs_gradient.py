@@ -131,21 +131,29 @@ def _averaged(seconds, objective, t, window):
     return float(np.mean(objective[max(last - window, 0) : last]))
 
 
-def _method(config: Config, name: str):
-    if name == "adam":
-        schedule = optax.warmup_cosine_decay_schedule(
-            0.0, config.learning_rate, min(config.warmup, config.steps - 1), config.steps,
-            config.learning_rate * 0.01,
-        )  # fmt: skip
-        opt = optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(schedule))
-        return opt, wbc.DiscretizeThenOptimize()
-    method = wbc.SuccessiveApproximations(
-        rho=config.msa_rho if name == "emsa" else 0.0,
-        inner_steps=config.msa_inner_steps,
+def _adam(config: Config) -> wbc.TrainStep:
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, config.learning_rate, min(config.warmup, config.steps - 1), config.steps,
+        config.learning_rate * 0.01,
+    )  # fmt: skip
+    return wbc.TrainStep(optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(schedule)))
+
+
+def _successive_approximations(config: Config, rho: float) -> wbc.TrainStep:
+    # The method applies its own update (sgd(1.0)): the optimizer given here is not used.
+    return wbc.TrainStep(optax.sgd(1.0), method=wbc.SuccessiveApproximations(
+        rho=rho, inner_steps=config.msa_inner_steps,
         inner_learning_rate=config.msa_inner_learning_rate,
         outer_learning_rate=config.msa_outer_learning_rate,
-    )
-    return optax.sgd(1.0), method
+    ))  # fmt: skip
+
+
+STEPS = {
+    "adam": _adam,
+    "emsa": lambda config: _successive_approximations(config, config.msa_rho),
+    "msa": lambda config: _successive_approximations(config, 0.0),
+}
+"""The training step of each method by name (`METHODS`)."""
 
 
 def compute(config: Config, *, run_dir=None) -> Results:
@@ -158,11 +166,9 @@ def compute(config: Config, *, run_dir=None) -> Results:
         for name in methods:
             model = T.digits_model(config, jax.random.key(config.seed), scheme, k,
                                    kernel_size=config.patch, stride=config.patch)  # fmt: skip
-            optimizer, method = _method(config, name)
             result = wbc.train(
-                model, task.train, steps=config.steps, batch_size=config.batch_size,
-                objective=wbc.Objective(), optimizer=optimizer, method=method,
-                seed=config.seed, eval_data=task.test, eval_every=config.steps, log_every=10,
+                STEPS[name](config), model, task.train, steps=config.steps,
+                batch_size=config.batch_size, seed=config.seed, eval_data=task.test, eval_every=config.steps, log_every=10,
                 run_dir=T.subfolder(run_dir, name), checkpoint_every=config.checkpoint_every,
                 fingerprint={**T.fingerprint(config), "method": name},
             )  # fmt: skip

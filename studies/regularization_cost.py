@@ -168,8 +168,8 @@ def compute(config: Config, *, run_dir=None) -> Results:
                 weight_decay=config.weight_decay, clip=config.clip,
             )  # fmt: skip
             result = wbc.train(
-                model, task.train, steps=steps, batch_size=config.batch_size,
-                objective=objective, optimizer=optimizer, seed=config.seed,
+                wbc.TrainStep(optimizer, objective=objective), model, task.train, steps=steps,
+                batch_size=config.batch_size, seed=config.seed,
                 eval_data=task.test, eval_every=steps, log_every=10,
                 run_dir=T.subfolder(run_dir, f"kinetic-{lam_k:g}-smoothness-{lam_s:g}"),
                 checkpoint_every=config.checkpoint_every,

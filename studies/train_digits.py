@@ -178,12 +178,10 @@ def compute(config: Config, *, run_dir=None) -> Results:
         scheme, steps_per_layer = T.discretization(config, plan)
         model = _model(config, jax.random.key(config.seed), scheme, steps_per_layer)
         steps = config.epochs * (len(task.train) // config.batch_size)
+        augment = wbc.random_shift(config.shift) if config.shift else None
         result = wbc.train(
-            model, task.train, steps=steps, batch_size=config.batch_size,
-            objective=T.objective(config), optimizer=T.optimizer(config, steps),
-            method=T.gradient_method(config), seed=config.seed,
-            augment=wbc.random_shift(config.shift) if config.shift else None,
-            eval_data=task.test, eval_every=max(steps // 10, 1), log_every=10,
+            T.train_step(config, steps, augment=augment), model, task.train, steps=steps,
+            batch_size=config.batch_size, seed=config.seed, eval_data=task.test, eval_every=max(steps // 10, 1), log_every=10,
             run_dir=run_dir, checkpoint_every=config.checkpoint_every,
             fingerprint=T.fingerprint(config), shard_params=config.shard_params,
         )  # fmt: skip

@@ -202,10 +202,8 @@ def compute(config: Config, *, run_dir=None) -> Results:
         )
         steps = config.steps
         result = wbc.train(
-            model, task.train, steps=steps, batch_size=config.batch_size,
-            objective=T.objective(config), optimizer=T.optimizer(config, steps),
-            method=T.gradient_method(config), seed=config.seed,
-            eval_data=task.test, eval_every=max(steps // 5, 1), log_every=10,
+            T.train_step(config, steps), model, task.train, steps=steps,
+            batch_size=config.batch_size, seed=config.seed, eval_data=task.test, eval_every=max(steps // 5, 1), log_every=10,
             run_dir=run_dir, checkpoint_every=config.checkpoint_every,
             fingerprint=T.fingerprint(config), shard_params=config.shard_params,
         )  # fmt: skip

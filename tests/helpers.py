@@ -220,3 +220,18 @@ def run_processes(code: str, args, *, num_processes: int = 2, env=None, timeout:
         for p in procs:
             p.kill()
     return outs
+
+
+def train(model, data, *, steps, optimizer=None, objective=None, method=None, augment=None,
+          max_skipped=0, **kwargs):  # fmt: skip
+    """`wbc.train` with the step's parts as keywords (the tests' shorthand): a `TrainStep` of
+    `optimizer` (default `wbc.default_optimizer(steps=steps)`), `objective`, `method`,
+    `augment`, `max_skipped`; `kwargs` go to `wbc.train`."""
+    parts = {"objective": objective, "method": method}
+    step = wbc.TrainStep(
+        wbc.default_optimizer(steps=int(steps)) if optimizer is None else optimizer,
+        **{k: v for k, v in parts.items() if v is not None},
+        augment=augment,
+        max_skipped=max_skipped,
+    )
+    return wbc.train(step, model, data, steps=steps, **kwargs)

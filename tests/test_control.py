@@ -25,6 +25,7 @@ from helpers import (
     study_cli,
     tiny_data,
     tiny_model,
+    train,
 )
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -109,7 +110,7 @@ def _train(model, data, tmp_path=None, **kwargs):
     kwargs.setdefault("steps", 30)
     kwargs.setdefault("batch_size", 8)
     kwargs.setdefault("progress", False)
-    return wbc.train(model, data, run_dir=tmp_path, **kwargs)
+    return train(model, data, run_dir=tmp_path, **kwargs)
 
 
 def test_logged_learning_rate_is_the_schedule_or_empty(getkey, rng, tmp_path):
@@ -243,7 +244,8 @@ _DRIVER = textwrap.dedent(
     with jax.enable_x64(False):
         model = tiny_model(jax.random.key(0), dtype=jnp.float32)
         data = tiny_data(np.random.default_rng(0), n=64, dtype=np.float32)
-        res = wbc.train(model, data, steps=20, batch_size=16, log_every=1, progress=False,
+        res = wbc.train(wbc.TrainStep(wbc.default_optimizer(steps=20)), model, data, steps=20,
+                        batch_size=16, log_every=1, progress=False,
                         run_dir=run_dir, checkpoint_every=5, shard_params=shard)
     leaves = [x for x in jax.tree.leaves(res.model) if isinstance(x, jax.Array)]
     sharded = sum(not x.sharding.is_fully_replicated for x in leaves)

@@ -14,7 +14,7 @@ import pytest
 import workbench as wb
 import workbench.control as wbc
 
-from helpers import randomize_head, tiny_data, tiny_model, well_conditioned
+from helpers import randomize_head, tiny_data, tiny_model, train, well_conditioned
 
 # --------------------------------------------------------------------------------------------
 # Gradients
@@ -136,7 +136,7 @@ def test_extended_msa_trains(getkey, rng):
     msa = wbc.SuccessiveApproximations(
         rho=1.0, inner_steps=3, inner_learning_rate=5e-3, outer_learning_rate=0.05
     )
-    res = wbc.train(model, data, steps=30, batch_size=8, log_every=5, method=msa,
+    res = train(model, data, steps=30, batch_size=8, log_every=5, method=msa,
                     optimizer=optax.sgd(1.0), progress=False)  # fmt: skip
     losses = [r["loss"] for r in res.history]
     assert losses[-1] < 0.8 * losses[0], losses

@@ -22,7 +22,7 @@ import workbench.analysis as wba
 import workbench.control as wbc
 from workbench.control import _trainer
 
-from helpers import tiny_data, tiny_model
+from helpers import tiny_data, tiny_model, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS, BATCH, EVERY = 6, 4, 3
@@ -44,7 +44,7 @@ def _train(run_dir, *, model=None, data=None, **kwargs):
     kwargs = {"steps": STEPS, "batch_size": BATCH, "optimizer": _optimizer(), "log_every": 1,
               "checkpoint_every": EVERY, "fingerprint": {"study": "test"}, "progress": False,
               **kwargs}  # fmt: skip
-    return wbc.train(_model() if model is None else model, _data() if data is None else data,
+    return train(_model() if model is None else model, _data() if data is None else data,
                      run_dir=run_dir, **kwargs)  # fmt: skip
 
 
@@ -160,10 +160,9 @@ def test_the_fingerprint_is_the_same_in_another_process():
         data = tiny_data(np.random.default_rng(0), n=24)
         opt = wbc.default_optimizer(1e-2, steps=6, warmup=2)
         state = opt.init(eqx.filter(model, eqx.is_inexact_array))
-        fp = _trainer._fingerprint(
-            model, data, objective=wbc.Objective(), optimizer=opt, opt_state=state,
-            method=wbc.DiscretizeThenOptimize(), augment=wbc.random_shift(1), seed=0,
-            batch_size=4, steps=6)
+        step = wbc.TrainStep(opt, augment=wbc.random_shift(1))
+        fp = _trainer._fingerprint(model, data, train_step=step, opt_state=state, seed=0,
+                                   batch_size=4, steps=6)
         print(json.dumps(fp))
         """
     )
@@ -176,9 +175,8 @@ def test_the_fingerprint_is_the_same_in_another_process():
 
     model, opt = _model(), _optimizer()
     here = _trainer._fingerprint(
-        model, _data(), objective=wbc.Objective(), optimizer=opt,
-        opt_state=opt.init(eqx.filter(model, eqx.is_inexact_array)),
-        method=wbc.DiscretizeThenOptimize(), augment=wbc.random_shift(1), seed=0, batch_size=4,
+        model, _data(), train_step=wbc.TrainStep(opt, augment=wbc.random_shift(1)),
+        opt_state=opt.init(eqx.filter(model, eqx.is_inexact_array)), seed=0, batch_size=4,
         steps=6,
     )  # fmt: skip
     assert child == json.loads(json.dumps(here))
@@ -276,7 +274,7 @@ def test_the_next_batch_is_prepared_before_waiting_for_the_step(monkeypatch):
     monkeypatch.setattr(_trainer, "batch_indices", batch)
     monkeypatch.setattr(_trainer, "_finite_on_host", wait)
     steps = 4
-    result = wbc.train(_model(), _data(), steps=steps, batch_size=BATCH, optimizer=optax.sgd(0.1),
+    result = train(_model(), _data(), steps=steps, batch_size=BATCH, optimizer=optax.sgd(0.1),
                        progress=False)  # fmt: skip
     want = [("batch", 0)]
     for s in range(steps):

@@ -11,7 +11,7 @@ import pytest
 
 import workbench.control as wbc
 
-from helpers import randomize_head, tiny_data, tiny_model
+from helpers import randomize_head, tiny_data, tiny_model, train
 
 # --- user-written control costs (the public AbstractControlCost interface) ---------------------
 
@@ -218,7 +218,7 @@ def test_msa_refuses_a_cost_that_is_not_a_scalar_by_name(getkey, rng):
 
 def _train(model, data, run_dir, **kwargs):
     kwargs = {"steps": 2, "batch_size": 8, "log_every": 1, "progress": False, **kwargs}
-    return wbc.train(model, data, run_dir=run_dir, **kwargs)
+    return train(model, data, run_dir=run_dir, **kwargs)
 
 
 def _refused(model, data, tmp_path, error, words, **kwargs):
@@ -308,9 +308,9 @@ def test_loop_counts_accept_numpy_integers_and_refuse_bools(getkey, rng, tmp_pat
     model = tiny_model(getkey())
     data = tiny_data(rng, n=16)
     common = {"batch_size": 8, "optimizer": optax.sgd(0.1), "eval_data": data, "progress": False}
-    plain = wbc.train(model, data, steps=4, log_every=2, checkpoint_every=2, eval_every=4,
+    plain = train(model, data, steps=4, log_every=2, checkpoint_every=2, eval_every=4,
                       **common)  # fmt: skip
-    numpy = wbc.train(model, data, steps=np.int64(4), log_every=np.int64(2),
+    numpy = train(model, data, steps=np.int64(4), log_every=np.int64(2),
                       checkpoint_every=np.int32(2), eval_every=np.int64(4), **common)  # fmt: skip
     assert numpy.params_sha256 == plain.params_sha256
     assert [r["step"] for r in numpy.history] == [r["step"] for r in plain.history] == [2, 4]

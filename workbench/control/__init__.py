@@ -1,14 +1,25 @@
 r"""Training as optimal control of the Transformer equation (docs/control.md).
 
-`train` minimizes an `Objective` — a terminal loss through a readout head plus running costs on
-the trajectory and the controls — over a `ControlledModel` (embedding → equation → head) with an
-optax optimizer, a gradient method (`DiscretizeThenOptimize`), seeded batches, checkpoints and
-exact resume.
+A `TrainStep` (an optax optimizer, an `Objective` — a terminal loss through a readout head plus
+running costs on the trajectory and the controls —, a gradient method, an augmentation) is one
+pure step of a `ControlledModel` (embedding → equation → head); `train` runs it over seeded
+batches and devices, with callbacks for checkpoints and exact resume, metrics, evaluation and
+progress.
 """
 
 from ._adjoint import (
     OptimizeThenDiscretize as OptimizeThenDiscretize,
     costate_gradient as costate_gradient,
+)
+from ._callbacks import (
+    METRICS as METRICS,
+    AbstractCallback as AbstractCallback,
+    Checkpoints as Checkpoints,
+    Evaluate as Evaluate,
+    MetricsCSV as MetricsCSV,
+    Progress as Progress,
+    Run as Run,
+    standard_callbacks as standard_callbacks,
 )
 from ._certificate import Certificate as Certificate, certify as certify
 from ._checkpoint import (
@@ -54,6 +65,7 @@ from ._tasks import (
     random_shift as random_shift,
     sorting as sorting,
 )
+from ._train_step import TrainState as TrainState, TrainStep as TrainStep
 from ._trainer import (
     TrainingDiverged as TrainingDiverged,
     TrainResult as TrainResult,

@@ -1,13 +1,14 @@
 r"""Ways to a descent direction for the controls, behind one interface.
 
 A method maps `(objective, model, batch)` to `((J, aux), direction)`, `direction` with the
-structure of the model's floating arrays; the trainer hands it to an optax optimizer as the
-gradient.
+structure of the model's floating arrays, and names the optax transformation that applies it
+(`optimizer`: the caller's for a gradient); `TrainStep` hands the direction to it.
 """
 
 import abc
 
 import equinox as eqx
+import optax
 
 from .._checkpointing import AbstractCheckpointing, check_checkpointing
 
@@ -20,6 +21,12 @@ class AbstractGradientMethod(eqx.Module):
     @abc.abstractmethod
     def value_and_direction(self, objective, model, xs, ys):
         """`((J, aux), direction)` on the batch `(xs, ys)`."""
+
+    def optimizer(self, proposed: optax.GradientTransformation) -> optax.GradientTransformation:
+        """The optax transformation that applies this method's direction: `proposed` (the
+        caller's optimizer) for a gradient; a method whose direction is already the update
+        returns its own (`SuccessiveApproximations`: `optax.sgd(1.0)`)."""
+        return proposed
 
 
 class DiscretizeThenOptimize(AbstractGradientMethod):

@@ -120,7 +120,8 @@ class SuccessiveApproximations(AbstractGradientMethod):
     - `inner_learning_rate`: Adam's step for that minimization.
     - `outer_learning_rate`: the gradient step of the embedding, output map and head.
 
-    Pair it with `optax.sgd(1.0)` in the trainer (the direction is the update itself).
+    Its direction is the update itself, so it applies it with `optax.sgd(1.0)` whatever
+    optimizer the `TrainStep` was given (`optimizer`): its learning rates are its own fields.
     Piecewise-constant controls (a network's layers).
     """
 
@@ -135,6 +136,10 @@ class SuccessiveApproximations(AbstractGradientMethod):
         _positive("inner_steps", self.inner_steps, integer=True)
         _positive("inner_learning_rate", self.inner_learning_rate)
         _positive("outer_learning_rate", self.outer_learning_rate)
+
+    def optimizer(self, proposed: optax.GradientTransformation) -> optax.GradientTransformation:
+        del proposed  # the direction is the displacement θ − θ_new: apply it as it is
+        return optax.sgd(1.0)
 
     def value_and_direction(self, objective, model, xs, ys):
         tr = model.transformer

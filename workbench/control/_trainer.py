@@ -1,25 +1,23 @@
-r"""The training loop: optax on the optimal-control objective, with seeded batches, metrics,
-checkpoints, exact resume, a NaN guard and data parallelism over devices.
+r"""The training loop: a `TrainStep` run over seeded batches on a mesh of devices, with
+callbacks for checkpoints and exact resume, the metrics log, evaluation and progress, a NaN
+guard and signals.
 
 Exact resume rests on three facts: the batch of step `s` is a function of `(seed, s)`
 (`batch_indices`), the augmentation key of step `s` is `fold_in(key(seed), s)`, and a checkpoint
 holds the parameters and the optimizer state bit for bit. A run killed at any point and started
 again with the same arguments therefore ends with the same parameters as an uninterrupted run.
-Started with other arguments on the same folder it refuses (`CheckpointMismatch`), see `train`.
+Started with other arguments on the same folder it refuses (`CheckpointMismatch`, see
+`Checkpoints`).
 """
 
 import contextlib
-import csv
 import dataclasses
-import io
 import json
 import math
-import pathlib
 import signal
 import time
-import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
@@ -27,40 +25,25 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .._progress import progress_bar
-from .._sharding import to_host
-from ..io import atomic_write_json, atomic_write_text
+from ._callbacks import (
+    METRICS as METRICS,
+    AbstractCallback,
+    Run,
+    _positive,
+    held_out_accuracy,
+    on_host,
+    standard_callbacks,
+)
 from ._checkpoint import (
-    CheckpointManager,
-    CheckpointMismatch,
     array_text,
     describe,
-    differences,
-    mismatch_message,
     params_sha256,
 )
-from ._data import Dataset, batch_indices, check_batch_size
-from ._gradients import AbstractGradientMethod, DiscretizeThenOptimize
-from ._objective import Objective, accuracy
+from ._data import Dataset, batch_indices, check_batch_size, check_data
+from ._objective import CrossEntropy
+from ._train_step import TrainState, TrainStep
 
 __all__ = ["TrainingDiverged", "TrainResult", "default_optimizer", "evaluate", "train"]
-
-METRICS = (
-    "step",
-    "objective",
-    "loss",
-    "kinetic",
-    "control",
-    "train_accuracy",
-    "eval_accuracy",
-    "learning_rate",
-    "elapsed_s",
-)
-"""The columns of `metrics.csv` and the keys of `TrainResult.history` rows. `elapsed_s` is the
-run's cumulative training time at that step, in seconds: the wall time of the steps (dispatch to
-the step's result on the host, the next batch prepared meanwhile), without each process's first
-step (compilation) and without evaluation, logging and checkpoint writing; it continues across a
-kill and resume (the checkpoint stores it), so it never decreases along the file."""
 
 
 class TrainingDiverged(FloatingPointError):
@@ -118,20 +101,20 @@ def _learning_rate(opt_state) -> float | None:
     return None
 
 
-def _fingerprint(model, data, *, objective, optimizer, opt_state, method, augment, seed,
-                 batch_size, steps) -> dict:  # fmt: skip
+def _fingerprint(model, data, *, train_step, opt_state, seed, batch_size, steps) -> dict:
     """What determines a run's trajectory, as a JSON-able dict (compared on resume):
 
     - `model`: the model's structure — every module and static field (activation, scheme,
       steps per layer, ...) and the dtype and shape of every parameter array (not the initial
       values: a model initialized on another platform may differ in the last bits);
-    - `optimizer`: the structure, dtypes and shapes of its initial state, the values of its
-      injected hyperparameters at step 0, and for a `default_optimizer` its arguments. An optax
-      transformation is a pair of functions, which cannot be compared: two optimizers of the
-      same state structure whose behaviour differs otherwise (`sgd(0.1)` and `sgd(0.2)`, or the
-      peak of a schedule warming up from 0) are not told apart here; pass such settings in
-      `train`'s `fingerprint`.
-    - `objective`, `method`, `augment`: their descriptions with every number (`describe`);
+    - `optimizer`: the structure, dtypes and shapes of the initial state of the step's update
+      rule, the values of its injected hyperparameters at step 0, and for a
+      `default_optimizer` its arguments. An optax transformation is a pair of functions, which
+      cannot be compared: two optimizers of the same state structure whose behaviour differs
+      otherwise (`sgd(0.1)` and `sgd(0.2)`, or the peak of a schedule warming up from 0) are
+      not told apart here; pass such settings in `Checkpoints`' `fingerprint`.
+    - `objective`, `method`, `augment`, `max_skipped`: the step's, with every number
+      (`describe`);
     - `data`: the number of examples, the inputs' and targets' dtype and shape and a SHA-256 of
       their contents;
     - `seed`, `batch_size`, `steps`.
@@ -142,16 +125,18 @@ def _fingerprint(model, data, *, objective, optimizer, opt_state, method, augmen
         if hasattr(state, "hyperparams")
     ]
     inputs, targets = np.asarray(data.inputs), np.asarray(data.targets)
-    return {
+    rule = train_step.method.optimizer(train_step.optimizer)
+    return _json({
         "model": describe(model, array_values=False),
         "optimizer": {
             "state": describe(opt_state, array_values=False),
             "hyperparams": hyperparams,
-            "arguments": _OPTIMIZER_ARGUMENTS.get(optimizer.update),
+            "arguments": _OPTIMIZER_ARGUMENTS.get(rule.update),
         },
-        "objective": describe(objective),
-        "method": describe(method),
-        "augment": describe(augment),
+        "objective": describe(train_step.objective),
+        "method": describe(train_step.method),
+        "augment": describe(train_step.augment),
+        "max_skipped": train_step.max_skipped,
         "data": {
             "examples": len(data),
             "inputs": array_text(inputs),
@@ -161,7 +146,7 @@ def _fingerprint(model, data, *, objective, optimizer, opt_state, method, augmen
         "seed": int(seed),
         "batch_size": int(batch_size),
         "steps": int(steps),
-    }
+    })  # fmt: skip
 
 
 def _finite_on_host(finite) -> bool:
@@ -199,22 +184,56 @@ class TrainResult:
     num_devices: int
 
 
-def _mesh(devices):
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+class _Mesh:
+    """The devices of a run on a one-axis mesh: batches split along it, arrays replicated."""
 
-    devices = list(jax.devices() if devices is None else devices)
-    mesh = Mesh(np.asarray(devices), ("batch",))
-    return (
-        len(devices),
-        NamedSharding(mesh, PartitionSpec("batch")),
-        NamedSharding(mesh, PartitionSpec()),
-    )
+    def __init__(self, devices, batch_size: int):
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        devices = list(jax.devices() if devices is None else devices)
+        self.size = len(devices)
+        if batch_size % self.size:
+            raise ValueError(
+                f"batch_size={batch_size} must be a multiple of the number of devices "
+                f"({self.size}) to split the batch evenly."
+            )
+        mesh = Mesh(np.asarray(devices), ("batch",))
+        self.split = NamedSharding(mesh, PartitionSpec("batch"))
+        self.replicated = NamedSharding(mesh, PartitionSpec())
+
+    def batch(self, data: Dataset, seed: int, s: int, batch_size: int):
+        """Step `s`'s batch, gathered on the host and split over the devices."""
+        idx = batch_indices(seed, s, len(data), batch_size)
+        xs = jax.device_put(jnp.asarray(data.inputs[idx]), self.split)
+        return xs, jax.device_put(jnp.asarray(data.targets[idx]), self.split)
 
 
-def _on_host(tree):
-    """The array leaves as host NumPy arrays, gathered across processes where sharded
-    (`to_host`: a collective, so every process calls this at the same points)."""
-    return jax.tree.map(lambda x: to_host(x) if isinstance(x, jax.Array) else x, tree)
+class _CompiledStep:
+    """The step as one `jax.jit` program of arrays only (parameters, optimizer state, batch, step
+    index; the model's structure and the step are closed over): unlike `eqx.filter_jit` it
+    returns before the step has finished, so the host prepares the next batch meanwhile. A step
+    that is not finite is simply not assigned on the host (no select of old and new values in
+    the program)."""
+
+    def __init__(self, train_step: TrainStep, state: TrainState, mesh: _Mesh, shard_params: bool):
+        params, static = eqx.partition(state.model, eqx.is_inexact_array)
+        self.layouts = (
+            _layout(params, mesh.replicated, shard_params),
+            _layout(state.opt_state, mesh.replicated, shard_params),
+        )
+        key = state.key
+
+        def step(params, opt_state, xs, ys, index):
+            before = TrainState(eqx.combine(params, static), opt_state, index, key)
+            after, info = train_step(before, (xs, ys))
+            new = (eqx.filter(after.model, eqx.is_inexact_array), after.opt_state)
+            # Keep the layout from step to step (XLA would otherwise pick the outputs').
+            return (*jax.lax.with_sharding_constraint(new, self.layouts), info)
+
+        self.step = jax.jit(step)
+
+    def __call__(self, params, opt_state, xs, ys, index: int):
+        return self.step(params, opt_state, xs, ys, jnp.asarray(index))
 
 
 def _leaf_sharding(leaf, replicated):
@@ -242,11 +261,6 @@ def _layout(tree, replicated, shard_params: bool):
     return jax.tree.map(lambda leaf: _leaf_sharding(leaf, replicated), tree)
 
 
-@eqx.filter_jit
-def _predict(model, xs):
-    return jax.vmap(model)(xs)
-
-
 def evaluate(model, data: Dataset, *, batch_size: int = 512) -> float:
     """Accuracy of `model` on `data` (argmax of the predictions against integer targets; a
     per-position target `< 0` is ignored). One compilation per model structure and batch shape.
@@ -254,19 +268,10 @@ def evaluate(model, data: Dataset, *, batch_size: int = 512) -> float:
     `data` is checked first (`check_data`): labels outside the model's classes, float or
     mis-shaped labels and token ids outside its vocabulary raise, naming `data`, before any
     prediction."""
-    from ._data import check_data
-
     if not isinstance(data, Dataset):
         raise ValueError(f"data must be a workbench.control.Dataset, got {type(data).__name__}.")
     check_data(model, data, "data")
-    hits, count = 0.0, 0
-    for i in range(0, len(data), batch_size):
-        xs, ys = data.inputs[i : i + batch_size], data.targets[i : i + batch_size]
-        logits = _predict(model, jnp.asarray(xs))
-        keep = np.asarray(ys) >= 0
-        hits += float(accuracy(logits, jnp.asarray(ys))) * keep.sum()
-        count += keep.sum()
-    return hits / max(count, 1)
+    return held_out_accuracy(model, data, batch_size=batch_size)
 
 
 class _StopRequest:
@@ -299,348 +304,170 @@ class _StopRequest:
                 signal.signal(s, h)
 
 
-def _read_metrics(path: pathlib.Path, upto: int) -> list[dict]:
-    """Rows of `metrics.csv` with `step <= upto` (later or torn rows are dropped)."""
-    if not path.exists():
-        return []
-    rows = []
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            try:
-                step = int(row["step"])
-                parsed = {k: (float(v) if v not in ("", None) else None) for k, v in row.items()}
-            except (TypeError, ValueError, KeyError):
-                continue
-            if step <= upto and all(k in parsed for k in METRICS):
-                parsed["step"] = step
-                rows.append(parsed)
-    return rows
-
-
-def _csv_text(rows: list[dict]) -> str:
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=METRICS, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in METRICS})
-    return buffer.getvalue()
-
-
 def train(
+    train_step: TrainStep,
     model: eqx.Module,
     data: Dataset,
     *,
     steps: int,
     batch_size: int,
-    objective: Objective | None = None,
-    optimizer: optax.GradientTransformation | None = None,
-    method: AbstractGradientMethod | None = None,
     seed: int = 0,
-    augment: Callable | None = None,
+    log_every: int = 10,
+    callbacks: Sequence[AbstractCallback] | None = None,
+    run_dir=None,
     eval_data: Dataset | None = None,
     eval_every: int | None = None,
-    log_every: int = 10,
-    run_dir=None,
     checkpoint_every: int = 100,
-    keep: int = 3,
     fingerprint: dict | None = None,
+    progress: bool | None = None,
     devices=None,
     shard_params: bool = False,
-    progress: bool | None = None,
 ) -> TrainResult:
-    r"""Train `model` on `data` by minimizing `objective` with `optimizer`.
+    r"""Run `train_step` on `model` for `steps` steps of `batch_size` examples of `data`.
 
-    Every step takes the batch `batch_indices(seed, step, len(data), batch_size)`, applies
-    `augment(key, inputs)` (if given; `key = fold_in(key(seed), step)`), computes the objective
-    and a direction with `method` and applies `optimizer`. Steps whose objective or direction
-    is not finite are not applied: training stops with `TrainingDiverged` naming the step
-    (the checkpoints on disk are all from finite steps).
+    Step `s` takes the batch `batch_indices(seed, s, len(data), batch_size)`, split over
+    `devices` (default: all visible; `batch_size` a multiple of their count); parameters and
+    optimizer state are replicated or, with `shard_params`, each array is cut along its largest
+    axis divisible by the device count (fully sharded data parallel). A metrics row (`METRICS`)
+    is logged every `log_every` steps and at the last. A step that is not finite stops the run
+    with `TrainingDiverged` naming the step and where it is not finite (or is skipped:
+    `TrainStep.max_skipped`); SIGINT/SIGTERM stop it after the step's callbacks (a checkpoint
+    is written) with `KeyboardInterrupt`.
 
-    With `run_dir`, the run is durable: `run_dir/checkpoints/` receives a checkpoint every
-    `checkpoint_every` steps, at the end, and when SIGINT/SIGTERM arrives (then the process
-    stops with `KeyboardInterrupt`); `run_dir/metrics.csv` receives a row every `log_every`
-    steps (`elapsed_s`: the cumulative training time, see `METRICS`). Called again with the
-    same arguments on the same `run_dir`, `train` resumes from the newest valid checkpoint (a
-    corrupted one — damaged, truncated, unreadable — is skipped with a warning for the previous
-    one), drops the metrics rows after it, and finishes with the same parameters as an
-    uninterrupted run; on a run that already reached `steps` it trains nothing and returns the
-    stored model, history and timings (`resumed_from == steps`).
+    Callbacks (`AbstractCallback`) run in order: `standard_callbacks(run_dir, eval_data=,
+    eval_every=, checkpoint_every=, fingerprint=, progress=)` — checkpoints and exact resume in
+    `run_dir/checkpoints/` (another run's folder is refused: `CheckpointMismatch`),
+    `run_dir/metrics.csv`, the held-out accuracy, a progress bar — then `callbacks`.
 
-    A run folder belongs to one run. Its identity (`checkpoints/fingerprint.json`, written at
-    the start, and every checkpoint's manifest) is what determines the trajectory — the
-    model's structure and dtypes, the optimizer's state structure and injected
-    hyperparameters, the objective, the gradient method, the augmentation, the data (size and
-    a hash of its contents), `seed`, `batch_size`, `steps` (see `_fingerprint` for what cannot
-    be compared: optax functions) — extended by the caller's `fingerprint` dict (e.g. a
-    study's configuration); not the logging, evaluation and checkpoint settings, the devices
-    or the layout. Called with anything else on the same folder, `train` raises
-    `CheckpointMismatch` naming what differs (old -> new) before writing anything: the old
-    run's checkpoints and `metrics.csv` stay byte for byte as they were. Use a new `run_dir`.
-
-    The batch is split over `devices` (default: all visible devices) along a one-axis mesh;
-    parameters and optimizer state are replicated, or with `shard_params` cut over the same
-    devices (each array along its largest axis divisible by the device count: a fully sharded
-    data-parallel layout for models larger than one device's memory). `batch_size` must be a
-    multiple of the device count. Checkpoints hold host arrays: a run restores on any device
-    count and layout.
-
-    **Returns:** a `TrainResult`.
+    **Returns:** a `TrainResult` (a finished run called again returns its stored model,
+    history and timings, `resumed_from == steps`).
     """
-    objective = Objective() if objective is None else objective
-    method = DiscretizeThenOptimize() if method is None else method
-    if not isinstance(objective, Objective):
-        raise ValueError(f"objective={objective!r} must be a workbench.control.Objective.")
-    if not isinstance(method, AbstractGradientMethod):
+    steps, batch_size, log_every = _check_arguments(
+        train_step, model, data, steps=steps, batch_size=batch_size, log_every=log_every
+    )
+    callbacks = [*standard_callbacks(
+        run_dir, eval_data=eval_data, eval_every=eval_every, checkpoint_every=checkpoint_every,
+        fingerprint=fingerprint, progress=progress), *(callbacks or ())]  # fmt: skip
+    mesh = _Mesh(devices, batch_size)
+    state = train_step.init(model, key=jax.random.key(seed))
+    identity = _fingerprint(model, data, train_step=train_step, opt_state=state.opt_state,
+                            seed=seed, batch_size=batch_size, steps=steps)  # fmt: skip
+    run = Run(train_step, data, int(seed), batch_size, steps, state, identity,
+              writes=jax.process_index() == 0)  # fmt: skip
+    for callback in callbacks:
+        callback.on_start(run)
+    compiled = _CompiledStep(train_step, run.state, mesh, shard_params)
+    params, static = eqx.partition(run.state.model, eqx.is_inexact_array)
+    params, opt_state = jax.device_put((params, run.state.opt_state), compiled.layouts)
+    stop, skipped = _StopRequest(), 0
+    try:
+        with stop.installed():
+            upcoming = mesh.batch(data, seed, run.done, batch_size) if run.done < steps else None
+            for s in range(run.done, steps):
+                t0, batch = time.perf_counter(), upcoming
+                new_params, new_state, info = compiled(params, opt_state, *batch, s)
+                # The step runs asynchronously: the next batch is placed meanwhile.
+                upcoming = mesh.batch(data, seed, s + 1, batch_size) if s + 1 < steps else None
+                finite = _finite_on_host(info["finite"])
+                run.account(s, time.perf_counter() - t0)
+                skipped = 0 if finite else skipped + 1
+                if skipped > train_step.max_skipped:
+                    raise TrainingDiverged(_divergence(run, s, info, params, static, batch))
+                params, opt_state, run.done = new_params, new_state, s + 1
+                run.state = TrainState(eqx.combine(params, static), opt_state,
+                                       jnp.asarray(run.done), run.state.key)  # fmt: skip
+                _after_step(run, callbacks, info, log_every, stop.signal)
+    finally:
+        for callback in callbacks:
+            callback.on_end(run)
+    return TrainResult(run.model, params_sha256(on_host(params)), run.history, run.start,
+                       run.steps_per_second(), _nan_if_none(run.compile_time), mesh.size)  # fmt: skip
+
+
+def _check_arguments(train_step, model, data, *, steps, batch_size, log_every):
+    """`(steps, batch_size, log_every)` as ints, after checking every argument of `train` and
+    the data against the model (labels in range for its classes when the loss is
+    `CrossEntropy`, token ids in its vocabulary: shapes by `jax.eval_shape`, no compute)."""
+    if not isinstance(train_step, TrainStep):
         raise ValueError(
-            f"method={method!r} is not a gradient method; pass DiscretizeThenOptimize()."
+            f"train: the first argument must be a workbench.control.TrainStep, got "
+            f"{type(train_step).__name__}; write train(TrainStep(optimizer, objective=..., "
+            "method=...), model, data, steps=..., batch_size=...)."
         )
+    if not isinstance(model, eqx.Module):
+        raise ValueError(f"model must be an equinox Module, got {type(model).__name__}.")
     if not isinstance(data, Dataset):
         raise ValueError(f"data must be a workbench.control.Dataset, got {type(data).__name__}.")
-    from ._data import check_data
-    from ._objective import CrossEntropy
-
-    def whole(value):  # Python and NumPy integers; not bools (True is no count)
-        return not isinstance(value, bool) and isinstance(value, (int, np.integer))
-
-    for name, value in (
-        ("steps", steps),
-        ("log_every", log_every),
-        ("checkpoint_every", checkpoint_every),
-    ):
-        if not whole(value) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer.")
-    steps, log_every, checkpoint_every = int(steps), int(log_every), int(checkpoint_every)
+    steps, log_every = _positive("steps", steps), _positive("log_every", log_every)
     batch_size = check_batch_size(batch_size, len(data))
-    if eval_data is not None:
-        if not isinstance(eval_data, Dataset):
-            raise ValueError(
-                f"eval_data must be a workbench.control.Dataset or None, got "
-                f"{type(eval_data).__name__}."
-            )
-        if eval_every is None or not whole(eval_every) or eval_every < 1:
-            raise ValueError(
-                f"eval_every={eval_every!r} with eval_data given: pass eval_every=N, a positive "
-                "integer (the held-out accuracy is measured on the logged steps that are "
-                "multiples of N, and at the last step), or leave eval_data=None."
-            )
-        eval_every = int(eval_every)
-    elif eval_every is not None and (not whole(eval_every) or eval_every < 0):
-        raise ValueError(f"eval_every={eval_every!r} must be a positive integer or None.")
-    # The data against the model, before any step: labels in range for the model's classes,
-    # token ids in its vocabulary (shapes by jax.eval_shape; no compute).
-    labels = isinstance(objective.terminal, CrossEntropy)  # a custom loss chooses its targets
-    check_data(model, data, "data", labels=labels, augment=augment, batch_size=batch_size)
-    if eval_data is not None:
-        check_data(model, eval_data, "eval_data")
-    optimizer = default_optimizer(steps=int(steps)) if optimizer is None else optimizer
-    num_devices, batch_sharding, replicated = _mesh(devices)
-    if batch_size % num_devices:
-        raise ValueError(
-            f"batch_size={batch_size} must be a multiple of the number of devices "
-            f"({num_devices}) to split the batch evenly."
+    labels = isinstance(train_step.objective.terminal, CrossEntropy)  # a custom loss: its own
+    check_data(model, data, "data", labels=labels, augment=train_step.augment,
+               batch_size=batch_size)  # fmt: skip
+    return steps, batch_size, log_every
+
+
+def _after_step(run: Run, callbacks, info: dict, log_every: int, signal_number) -> None:
+    """The callbacks after a step: a metrics row every `log_every` steps and at the last (to
+    `on_log`, then the history), `on_step`; then `KeyboardInterrupt` if a signal arrived."""
+    if run.done % log_every == 0 or run.done == run.steps:
+        row = _row(run, info, run.state.opt_state)
+        for callback in callbacks:
+            callback.on_log(run, row)
+        run.history.append(row)
+    run.stopping = signal_number
+    for callback in callbacks:
+        callback.on_step(run)
+    if signal_number is not None:
+        raise KeyboardInterrupt(
+            f"stopped by signal {signal.Signals(signal_number).name} after step {run.done}; "
+            "checkpoint written, rerun the same command to resume."
         )
 
-    params, static = eqx.partition(model, eqx.is_inexact_array)
-    opt_state = optimizer.init(params)
-    start, history = 0, []
-    manager = None
-    metrics_path = None
-    # The timings of the whole run: training seconds and timed steps (each process's first step,
-    # its compilation, left out) and the first process's compile time; a resume continues them.
-    train_seconds, timed_steps, compile_time = 0.0, 0, None
-    # Several processes (jax.distributed) run this same loop; process 0 alone writes the files.
-    writes = jax.process_index() == 0
-    if run_dir is not None:
-        run_dir = pathlib.Path(run_dir)
-        identity = {
-            "fingerprint": _json(fingerprint or {}),
-            "trainer": _json(
-                _fingerprint(model, data, objective=objective, optimizer=optimizer,
-                             opt_state=opt_state, method=method, augment=augment, seed=seed,
-                             batch_size=batch_size, steps=steps)
-            ),
-        }  # fmt: skip
-        # Every check comes before the first write: a refused call leaves the folder as it was.
-        # `fingerprint.json` (the run's identity from its start) covers a run killed before its
-        # first checkpoint; the manifests cover folders without it.
-        identity_path = run_dir / "checkpoints" / "fingerprint.json"
-        if identity_path.exists():
-            try:
-                recorded = json.loads(identity_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as e:  # left as it is; the manifests still decide
-                warnings.warn(
-                    f"{identity_path} is unreadable ({type(e).__name__}: {e}); checking the "
-                    "run against its checkpoints only.",
-                    UserWarning,
-                    stacklevel=2,
-                )
-            else:
-                changed = differences(recorded, identity)
-                if changed:
-                    raise CheckpointMismatch(mismatch_message(run_dir, changed))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        manager = CheckpointManager(
-            run_dir / "checkpoints", fingerprint=identity["fingerprint"], keep=keep
-        )
-        restored = manager.restore((params, opt_state))
-        if restored is not None:
-            start, (params, opt_state), metadata = restored
-            if "trainer" not in metadata:
-                raise CheckpointMismatch(
-                    f"the checkpoints in {manager.folder} record no trainer fingerprint (written "
-                    "by an older version of workbench): whether they belong to this run cannot "
-                    "be checked, and nothing of the old run was changed. Resume them with the "
-                    "version that wrote them, or use a new run folder."
-                )
-            changed = differences(metadata["trainer"], identity["trainer"], "trainer")
-            if changed:
-                raise CheckpointMismatch(mismatch_message(run_dir, changed))
-            train_seconds = float(metadata.get("train_seconds", 0.0))
-            timed_steps = int(metadata.get("timed_steps", 0))
-            compile_time = metadata.get("compile_time_s")
-        metrics_path = run_dir / "metrics.csv"
-        history = _read_metrics(metrics_path, start)
-        if writes:
-            if not identity_path.exists():
-                atomic_write_json(identity_path, identity)
-            atomic_write_text(metrics_path, _csv_text(history))
-    params_layout = _layout(params, replicated, shard_params)
-    state_layout = _layout(opt_state, replicated, shard_params)
-    params = jax.device_put(params, params_layout)
-    opt_state = jax.device_put(opt_state, state_layout)
-    base_key = jax.random.key(seed)
 
-    # Plain `jax.jit` (every argument is an array; the structure is closed over): unlike
-    # `eqx.filter_jit` it returns before the step has finished, so the host prepares the next
-    # batch meanwhile. A non-finite step is simply not assigned on the host (no select of old
-    # and new values in the compiled step).
-    @jax.jit
-    def train_step(params, opt_state, xs, ys, step):
-        if augment is not None:
-            xs = augment(jax.random.fold_in(base_key, step), xs)
-        model = eqx.combine(params, static)
-        (value, aux), direction = method.value_and_direction(objective, model, xs, ys)
-        direction = eqx.filter(direction, eqx.is_inexact_array)
-        finite = jnp.isfinite(value) & jnp.all(
-            jnp.asarray([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(direction)])
-        )
-        updates, new_state = optimizer.update(direction, opt_state, params)
-        new_params = eqx.apply_updates(params, updates)
-        # Keep the layout from step to step (XLA would otherwise pick the outputs' placement).
-        new_params = jax.lax.with_sharding_constraint(new_params, params_layout)
-        new_state = jax.lax.with_sharding_constraint(new_state, state_layout)
-        return new_params, new_state, finite, value, aux
+def _row(run: Run, info: dict, opt_state) -> dict:
+    """The metrics row (`METRICS`) of the step just done."""
+    return {
+        "step": run.done,
+        "objective": float(info["objective"]),
+        "loss": float(info["loss"]),
+        "kinetic": float(info["kinetic"]),
+        "control": float(info["control"]),
+        "train_accuracy": float(info["accuracy"]),
+        "eval_accuracy": None,
+        "learning_rate": _learning_rate(opt_state),
+        "elapsed_s": run.train_seconds,
+    }
 
-    def batch(s):
-        """Step `s`'s batch, gathered on the host and placed on the devices."""
-        idx = batch_indices(seed, s, len(data), batch_size)
-        xs = jax.device_put(jnp.asarray(data.inputs[idx]), batch_sharding)
-        ys = jax.device_put(jnp.asarray(data.targets[idx]), batch_sharding)
-        return xs, ys
 
-    def save(step):
-        if manager is not None:
-            host_params, host_state = _on_host((params, opt_state))  # on every process
-            if writes:
-                metadata = {
-                    "params_sha256": params_sha256(host_params),
-                    "trainer": identity["trainer"],
-                    "train_seconds": train_seconds,
-                    "timed_steps": timed_steps,
-                    "compile_time_s": compile_time,
-                }
-                manager.save(step, (host_params, host_state), metadata)
-
-    def rate():
-        return timed_steps / train_seconds if train_seconds > 0 else float("nan")
-
-    stop = _StopRequest()
-    log_file = None
-    try:
-        if metrics_path is not None and writes:
-            log_file = open(metrics_path, "a", newline="", encoding="utf-8")
-            writer = csv.DictWriter(log_file, fieldnames=METRICS, lineterminator="\n")
-        with (
-            stop.installed(),
-            progress_bar(
-                int(steps),
-                desc="train",
-                disable=None if progress is None else not progress,
-                initial=start,
-            ) as bar,
-        ):
-            upcoming = batch(start) if start < steps else None
-            for s in range(start, int(steps)):
-                xs, ys = upcoming
-                t0 = time.perf_counter()
-                params_new, state_new, finite, value, aux = train_step(
-                    params, opt_state, xs, ys, jnp.asarray(s)
-                )
-                # The step runs asynchronously: gather and place the next batch meanwhile, then
-                # wait for this step's result.
-                upcoming = batch(s + 1) if s + 1 < steps else None
-                finite = _finite_on_host(finite)
-                elapsed = time.perf_counter() - t0
-                if s > start:
-                    timed_steps, train_seconds = timed_steps + 1, train_seconds + elapsed
-                elif compile_time is None:  # the run's very first step
-                    compile_time = elapsed
-                if not finite:
-                    last = manager.steps()[0] if manager is not None and manager.steps() else None
-                    where = (
-                        f"the last good checkpoint is step {last} in {manager.folder}"
-                        if last is not None
-                        else "no checkpoint was written"
-                    )
-                    raise TrainingDiverged(
-                        f"training diverged at step {s}: the objective or its gradient is not "
-                        f"finite (objective = {float(value)}); the update was not applied and "
-                        f"{where}. Lower the learning rate, clip harder, or check the data."
-                    )
-                params, opt_state = params_new, state_new
-                done = s + 1
-                if done % log_every == 0 or done == steps:
-                    row = {
-                        "step": done,
-                        "objective": float(value),
-                        "loss": float(aux["loss"]),
-                        "kinetic": float(aux["kinetic"]),
-                        "control": float(aux["control"]),
-                        "train_accuracy": float(aux["accuracy"]),
-                        "eval_accuracy": None,
-                        "learning_rate": _learning_rate(opt_state),
-                        "elapsed_s": train_seconds,
-                    }
-                    if (
-                        eval_data is not None
-                        and eval_every
-                        and (done % eval_every == 0 or done == steps)
-                    ):
-                        row["eval_accuracy"] = evaluate(eqx.combine(params, static), eval_data)
-                    history.append(row)
-                    if log_file is not None:
-                        writer.writerow({k: ("" if row[k] is None else row[k]) for k in METRICS})
-                        log_file.flush()
-                    bar.set_postfix(loss=f"{row['loss']:.4f}", steps_per_s=f"{rate():.1f}")
-                if done % checkpoint_every == 0 or done == steps:
-                    save(done)
-                bar.update(1)
-                if stop.signal is not None:
-                    save(done)
-                    raise KeyboardInterrupt(
-                        f"stopped by signal {signal.Signals(stop.signal).name} after step {done}; "
-                        f"checkpoint written, rerun the same command to resume."
-                    )
-    finally:
-        if log_file is not None:
-            log_file.close()
-    trained = eqx.combine(params, static)
-    return TrainResult(
-        model=trained,
-        params_sha256=params_sha256(_on_host(params)),
-        history=history,
-        resumed_from=start,
-        steps_per_second=rate(),
-        compile_time_s=float("nan") if compile_time is None else float(compile_time),
-        num_devices=num_devices,
+def _divergence(run: Run, s: int, info: dict, params, static, batch) -> str:
+    """The message of a step that is not finite: the step, the objective, the arrays whose
+    direction is not finite (their path in the model and, for stacked per-layer controls, the
+    first layer), and the last good checkpoint."""
+    model = eqx.combine(params, static)
+    xs, ys = batch
+    if run.train_step.augment is not None:
+        xs = run.train_step.augment(jax.random.fold_in(run.state.key, s), xs)
+    step = run.train_step
+    _, direction = eqx.filter_jit(step.method.value_and_direction)(step.objective, model, xs, ys)
+    where = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(eqx.filter(direction, eqx.is_array)):
+        bad = ~np.isfinite(np.asarray(leaf))
+        if bad.any():
+            first = np.argwhere(bad)[0]
+            layer = f" (first at index {tuple(int(i) for i in first)})" if leaf.ndim else ""
+            where.append(f"{jax.tree_util.keystr(path)}{layer}")
+    arrays = (f"not finite in {len(where)} array(s) of the direction: {', '.join(where[:4])}"
+              + (", ..." if len(where) > 4 else "")) if where else "the direction is finite"  # fmt: skip
+    last = run.last_checkpoint
+    kept = f"the last good checkpoint is step {last[0]} in {last[1]}" if last else (
+        "no checkpoint was written")  # fmt: skip
+    skipped = f" after {step.max_skipped} skipped step(s)" if step.max_skipped else ""
+    return (
+        f"training diverged at step {s}{skipped}: the objective is {float(info['objective'])}, "
+        f"{arrays}; the update was not applied and {kept}. Lower the learning rate, clip "
+        "harder, or check the data."
     )
+
+
+def _nan_if_none(value) -> float:
+    return float("nan") if value is None else float(value)

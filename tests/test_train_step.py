@@ -1,0 +1,151 @@
+"""The training step as a value (`wbc.TrainStep`): a loop written by hand around it is `train`;
+the NaN guard stops (naming the step and the arrays) or skips; a gradient method brings its own
+update rule; callbacks see every logged row and can be added to the standard ones."""
+
+import chex
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import workbench.control as wbc
+
+from helpers import tiny_data, tiny_model
+
+STEPS, BATCH = 8, 4
+
+
+def _step(**kwargs):
+    return wbc.TrainStep(wbc.default_optimizer(1e-2, steps=STEPS, warmup=2), **kwargs)
+
+
+def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
+    """The loop a user writes — `step.init`, `eqx.filter_jit(step)`, `batch_indices` — gives
+    `train`'s parameters and metrics exactly (same batches, same augmentation keys)."""
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+    step = _step(augment=wbc.random_shift(1))
+    result = wbc.train(step, model, data, steps=STEPS, batch_size=BATCH, seed=3, log_every=1,
+                       progress=False)  # fmt: skip
+
+    state = step.init(model, key=jax.random.key(3))
+    run = eqx.filter_jit(step)
+    losses = []
+    for s in range(STEPS):
+        idx = wbc.batch_indices(3, s, len(data), BATCH)
+        state, info = run(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
+        assert bool(info["finite"])
+        losses.append(float(info["loss"]))
+    assert int(state.step) == STEPS
+    # One program per loop: XLA may fuse them differently, so equal to float64 round-off.
+    chex.assert_trees_all_close(eqx.filter(state.model, eqx.is_inexact_array),
+                                eqx.filter(result.model, eqx.is_inexact_array), rtol=1e-12,
+                                atol=1e-14)  # fmt: skip
+    np.testing.assert_allclose([r["loss"] for r in result.history], losses, rtol=1e-12)
+
+
+def _poisoned(rng, steps_with_nan):
+    """Data whose batches at `steps_with_nan` (batch size 2, seed 0) hold a NaN pixel."""
+    data = tiny_data(rng, n=24)
+    x = data.inputs.copy()
+    for s in steps_with_nan:
+        x[wbc.batch_indices(0, s, len(x), 2)[0], 0, 0] = np.nan
+    return wbc.Dataset(x, data.targets)
+
+
+def test_the_nan_guard_stops_naming_the_step_and_the_arrays(getkey, rng):
+    data = _poisoned(rng, [5])
+    with pytest.raises(wbc.TrainingDiverged) as info:
+        wbc.train(_step(), tiny_model(getkey()), data, steps=STEPS, batch_size=2,
+                  progress=False)  # fmt: skip
+    message = str(info.value)
+    assert message.startswith("training diverged at step 5: the objective is nan")
+    # The direction's non-finite arrays by their path in the model (the patch embedding first).
+    assert "array(s) of the direction: .embedding" in message
+    assert "no checkpoint was written" in message
+
+
+def test_skipped_steps_leave_the_parameters_and_stop_after_too_many(getkey, rng):
+    """`max_skipped=k`: a non-finite step changes nothing (optax.apply_if_finite), so a run with
+    a NaN batch at step 5 equals, parameter for parameter, the same run with step 5's update
+    removed; k + 1 non-finite steps in a row stop it."""
+    model, data = tiny_model(getkey()), _poisoned(rng, [5])
+    step = wbc.TrainStep(optax.sgd(0.1), max_skipped=1)
+    result = wbc.train(step, model, data, steps=STEPS, batch_size=2, log_every=1,
+                       progress=False)  # fmt: skip
+    # By hand: the same updates, step 5 skipped.
+    state = wbc.TrainStep(optax.sgd(0.1)).init(model, key=jax.random.key(0))
+    plain = eqx.filter_jit(wbc.TrainStep(optax.sgd(0.1)))
+    for s in range(STEPS):
+        idx = wbc.batch_indices(0, s, len(data), 2)
+        if s == 5:
+            continue
+        state, _ = plain(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
+    chex.assert_trees_all_close(eqx.filter(state.model, eqx.is_inexact_array),
+                                eqx.filter(result.model, eqx.is_inexact_array), rtol=1e-12,
+                                atol=1e-14)  # fmt: skip
+    assert np.isnan(result.history[5]["objective"]) and np.isfinite(result.history[6]["objective"])
+
+    with pytest.raises(wbc.TrainingDiverged, match=r"diverged at step 4 after 1 skipped step"):
+        wbc.train(step, model, _poisoned(rng, [3, 4]), steps=STEPS, batch_size=2, progress=False)
+
+
+def test_a_method_brings_its_own_update_rule(getkey, rng):
+    """MSA's direction is its update: whatever optimizer the step holds, it applies sgd(1.0)."""
+    model, data = tiny_model(getkey()), tiny_data(rng, n=16)
+    msa = wbc.SuccessiveApproximations(rho=0.5, inner_steps=2, inner_learning_rate=1e-3,
+                                       outer_learning_rate=0.05)  # fmt: skip
+    runs = [
+        wbc.train(wbc.TrainStep(opt, method=msa), model, data, steps=3, batch_size=8,
+                  progress=False)  # fmt: skip
+        for opt in (optax.adam(0.3), optax.sgd(1.0))
+    ]
+    assert runs[0].params_sha256 == runs[1].params_sha256
+    assert wbc.TrainStep(optax.adam(0.3)).update_rule is not None
+    with pytest.raises(ValueError, match=r"TrainStep.optimizer='adam' is not an optax"):
+        wbc.TrainStep("adam")
+    with pytest.raises(ValueError, match=r"TrainStep.max_skipped=-1 must be an integer >= 0"):
+        wbc.TrainStep(optax.sgd(0.1), max_skipped=-1)
+    with pytest.raises(ValueError, match=r"first argument must be a workbench.control.TrainStep"):
+        wbc.train(model, model, data, steps=3, batch_size=8)
+
+
+class _Recorder(wbc.AbstractCallback):
+    def __init__(self):
+        self.events = []
+
+    def on_start(self, run):
+        self.events.append(("start", run.done))
+
+    def on_log(self, run, row):
+        self.events.append(("log", dict(row)))
+
+    def on_step(self, run):
+        self.events.append(("step", run.done))
+
+    def on_end(self, run):
+        self.events.append(("end", run.done))
+
+
+def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path):
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+    recorder = _Recorder()
+    result = wbc.train(_step(), model, data, steps=STEPS, batch_size=BATCH, log_every=3,
+                       eval_data=data, eval_every=3, run_dir=tmp_path, progress=False,
+                       callbacks=[recorder])  # fmt: skip
+    kinds = [e[0] for e in recorder.events]
+    assert kinds[0] == "start" and kinds[-1] == "end"
+    assert [e[1] for e in recorder.events if e[0] == "step"] == list(range(1, STEPS + 1))
+    rows = [e[1] for e in recorder.events if e[0] == "log"]
+    # The rows the callback saw are the history, evaluation included (filled in before it).
+    assert rows == result.history and [r["step"] for r in rows] == [3, 6, 8]
+    assert all(r["eval_accuracy"] is not None for r in rows)
+    lines = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert len(lines) == 1 + len(rows)
+    # Resumed on the finished folder: the start sees the restored step, no step runs.
+    again = _Recorder()
+    wbc.train(_step(), model, data, steps=STEPS, batch_size=BATCH, log_every=3,
+              eval_data=data, eval_every=3, run_dir=tmp_path, progress=False,
+              callbacks=[again])  # fmt: skip
+    assert again.events == [("start", STEPS), ("end", STEPS)]
