@@ -149,3 +149,25 @@ def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path):
               eval_data=data, eval_every=3, run_dir=tmp_path, progress=False,
               callbacks=[again])  # fmt: skip
     assert again.events == [("start", STEPS), ("end", STEPS)]
+
+
+def test_divergence_as_a_value_keeps_the_last_good_model(getkey, rng):
+    """`throw=False`: the run ends at the step that is not finite with `result` diverged, the
+    message `TrainingDiverged` would carry, and the model before that step — the model of the
+    same run stopped one step earlier."""
+    model, data = tiny_model(getkey()), _poisoned(rng, [5])
+    failed = wbc.train(_step(), model, data, steps=STEPS, batch_size=2, log_every=1,
+                       progress=False, throw=False)  # fmt: skip
+    assert failed.result is wbc.Outcome.diverged
+    assert failed.message.startswith("training diverged at step 5:")
+    assert [r["step"] for r in failed.history] == [1, 2, 3, 4, 5]
+    state = _step().init(model, key=jax.random.key(0))
+    run = eqx.filter_jit(_step())
+    for s in range(5):
+        idx = wbc.batch_indices(0, s, len(data), 2)
+        state, _ = run(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
+    chex.assert_trees_all_close(eqx.filter(state.model, eqx.is_inexact_array),
+                                eqx.filter(failed.model, eqx.is_inexact_array), rtol=1e-12,
+                                atol=1e-14)  # fmt: skip
+    ok = wbc.train(_step(), model, tiny_data(rng, n=24), steps=2, batch_size=2, progress=False)
+    assert ok.result is wbc.Outcome.successful and ok.message == ""

@@ -67,6 +67,7 @@ from ._tasks import (
 )
 from ._train_step import TrainState as TrainState, TrainStep as TrainStep
 from ._trainer import (
+    Outcome as Outcome,
     TrainingDiverged as TrainingDiverged,
     TrainResult as TrainResult,
     default_optimizer as default_optimizer,

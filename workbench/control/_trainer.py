@@ -12,6 +12,7 @@ Started with other arguments on the same folder it refuses (`CheckpointMismatch`
 
 import contextlib
 import dataclasses
+import enum
 import json
 import math
 import signal
@@ -43,11 +44,27 @@ from ._data import Dataset, batch_indices, check_batch_size, check_data
 from ._objective import CrossEntropy
 from ._train_step import TrainState, TrainStep
 
-__all__ = ["TrainingDiverged", "TrainResult", "default_optimizer", "evaluate", "train"]
+__all__ = [
+    "Outcome",
+    "TrainingDiverged",
+    "TrainResult",
+    "default_optimizer",
+    "evaluate",
+    "train",
+]
 
 
 class TrainingDiverged(FloatingPointError):
     """The objective or its gradient became NaN/inf; the message names the step."""
+
+
+class Outcome(enum.Enum):
+    """How a training run ended (`TrainResult.result`): every step done (`successful`), or
+    stopped at a step that is not finite (`diverged`; `train(throw=False)` returns it instead of
+    raising `TrainingDiverged`)."""
+
+    successful = "successful"
+    diverged = "diverged"
 
 
 # The arguments of the optimizers `default_optimizer` made, by their `update` function (weak
@@ -173,6 +190,8 @@ class TrainResult:
       steps over their cumulative seconds (each process's first step, the compilation, left
       out; NaN when no step was timed, e.g. `steps=1`); `compile_time_s`: the first step's time
       in the process that started the run (kept, not re-measured, when the run resumes).
+    - `result`: the `Outcome`; with `diverged` (`train(throw=False)`), `model` is the last good
+      one (before the step that is not finite) and `message` says where it diverged.
     """
 
     model: eqx.Module
@@ -182,6 +201,8 @@ class TrainResult:
     steps_per_second: float
     compile_time_s: float
     num_devices: int
+    result: Outcome = Outcome.successful
+    message: str = ""
 
 
 class _Mesh:
@@ -322,6 +343,7 @@ def train(
     progress: bool | None = None,
     devices=None,
     shard_params: bool = False,
+    throw: bool = True,
 ) -> TrainResult:
     r"""Run `train_step` on `model` for `steps` steps of `batch_size` examples of `data`.
 
@@ -331,8 +353,8 @@ def train(
     axis divisible by the device count (fully sharded data parallel). A metrics row (`METRICS`)
     is logged every `log_every` steps and at the last. A step that is not finite stops the run
     with `TrainingDiverged` naming the step and where it is not finite (or is skipped:
-    `TrainStep.max_skipped`); SIGINT/SIGTERM stop it after the step's callbacks (a checkpoint
-    is written) with `KeyboardInterrupt`.
+    `TrainStep.max_skipped`; with `throw=False` the result says `diverged` instead); SIGINT and
+    SIGTERM stop it after the step's callbacks (a checkpoint is written): `KeyboardInterrupt`.
 
     Callbacks (`AbstractCallback`) run in order: `standard_callbacks(run_dir, eval_data=,
     eval_every=, checkpoint_every=, fingerprint=, progress=)` — checkpoints and exact resume in
@@ -349,17 +371,13 @@ def train(
         run_dir, eval_data=eval_data, eval_every=eval_every, checkpoint_every=checkpoint_every,
         fingerprint=fingerprint, progress=progress), *(callbacks or ())]  # fmt: skip
     mesh = _Mesh(devices, batch_size)
-    state = train_step.init(model, key=jax.random.key(seed))
-    identity = _fingerprint(model, data, train_step=train_step, opt_state=state.opt_state,
-                            seed=seed, batch_size=batch_size, steps=steps)  # fmt: skip
-    run = Run(train_step, data, int(seed), batch_size, steps, state, identity,
-              writes=jax.process_index() == 0)  # fmt: skip
+    run = _new_run(train_step, model, data, seed=seed, batch_size=batch_size, steps=steps)
     for callback in callbacks:
         callback.on_start(run)
     compiled = _CompiledStep(train_step, run.state, mesh, shard_params)
     params, static = eqx.partition(run.state.model, eqx.is_inexact_array)
     params, opt_state = jax.device_put((params, run.state.opt_state), compiled.layouts)
-    stop, skipped = _StopRequest(), 0
+    stop, skipped, failure = _StopRequest(), 0, ""
     try:
         with stop.installed():
             upcoming = mesh.batch(data, seed, run.done, batch_size) if run.done < steps else None
@@ -372,16 +390,20 @@ def train(
                 run.account(s, time.perf_counter() - t0)
                 skipped = 0 if finite else skipped + 1
                 if skipped > train_step.max_skipped:
-                    raise TrainingDiverged(_divergence(run, s, info, params, static, batch))
+                    failure = _divergence(run, s, info, params, static, batch)
+                    break
                 params, opt_state, run.done = new_params, new_state, s + 1
                 run.state = TrainState(eqx.combine(params, static), opt_state,
                                        jnp.asarray(run.done), run.state.key)  # fmt: skip
                 _after_step(run, callbacks, info, log_every, stop.signal)
+        if failure and throw:
+            raise TrainingDiverged(failure)
     finally:
         for callback in callbacks:
             callback.on_end(run)
     return TrainResult(run.model, params_sha256(on_host(params)), run.history, run.start,
-                       run.steps_per_second(), _nan_if_none(run.compile_time), mesh.size)  # fmt: skip
+                       run.steps_per_second(), _nan_if_none(run.compile_time), mesh.size,
+                       Outcome.diverged if failure else Outcome.successful, failure)  # fmt: skip
 
 
 def _check_arguments(train_step, model, data, *, steps, batch_size, log_every):
@@ -404,6 +426,16 @@ def _check_arguments(train_step, model, data, *, steps, batch_size, log_every):
     check_data(model, data, "data", labels=labels, augment=train_step.augment,
                batch_size=batch_size)  # fmt: skip
     return steps, batch_size, log_every
+
+
+def _new_run(train_step, model, data, *, seed, batch_size, steps) -> Run:
+    """The run before its callbacks start: the step's initial state (key `key(seed)`) and the
+    run's identity (`_fingerprint`); process 0 writes the files."""
+    state = train_step.init(model, key=jax.random.key(seed))
+    identity = _fingerprint(model, data, train_step=train_step, opt_state=state.opt_state,
+                            seed=seed, batch_size=batch_size, steps=steps)  # fmt: skip
+    return Run(train_step, data, int(seed), batch_size, steps, state, identity,
+               writes=jax.process_index() == 0)  # fmt: skip
 
 
 def _after_step(run: Run, callbacks, info: dict, log_every: int, signal_number) -> None:
