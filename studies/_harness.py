@@ -353,6 +353,7 @@ def run_tour(
     jobs: int = 1,
     names: Sequence[str] | None = None,
     expected_seconds: Mapping[str, float] | None = None,
+    overwrite: bool = False,
 ) -> int:
     """Run registered studies into `out/<name>/` and combine their reports.
 
@@ -376,6 +377,9 @@ def run_tour(
       The modules of `registry` must be importable by a fresh interpreter when `jobs > 1`.
     - `names`: the studies to run, in this order; default every study of `registry`. An
       unregistered name raises `ValueError` (naming it and the valid ones) before anything runs.
+    - `overwrite`: replace what a study's folder `out/<name>/` holds (another config: e.g. a
+      smoke tour's folder for a full tour); without it such a study is reported as failed, its
+      folder untouched, and a study whose folder holds this very run, complete, is not run again.
     - `expected_seconds`: `{name: seconds}`, when `jobs > 1`: start the longest first (a study
       missing here starts last), so the last to finish does not run alone; the report keeps the
       order of `names`. The command passes `studies.SMOKE_SECONDS` for smoke tours.
@@ -414,7 +418,9 @@ def run_tour(
     if jobs == 1:
         for i, name in enumerate(names, 1):
             print(f"[{i}/{total}] {name} ({mode}) ...", file=stream, flush=True)
-            outcomes.append(done(i, _tour_one(name, dict(registry), out / name, full=full)))
+            outcomes.append(
+                done(i, _tour_one(name, dict(registry), out / name, full=full, overwrite=overwrite))
+            )
     else:
         import concurrent.futures
         import multiprocessing
@@ -425,7 +431,9 @@ def run_tour(
             cost = expected_seconds or {}
             started = sorted(names, key=lambda name: -cost.get(name, 0.0))  # stable
             futures = {
-                pool.submit(_tour_one, name, dict(registry), out / name, full=full): name
+                pool.submit(
+                    _tour_one, name, dict(registry), out / name, full=full, overwrite=overwrite
+                ): name
                 for name in started
             }
             finished = {}
@@ -464,7 +472,9 @@ def run_tour(
     return 1 if failed else 0
 
 
-def _tour_one(name: str, registry: Mapping[str, str], out: pathlib.Path, *, full: bool) -> _Outcome:
+def _tour_one(
+    name: str, registry: Mapping[str, str], out: pathlib.Path, *, full: bool, overwrite: bool
+) -> _Outcome:
     import importlib
 
     start = time.perf_counter()
@@ -473,7 +483,7 @@ def _tour_one(name: str, registry: Mapping[str, str], out: pathlib.Path, *, full
         module = check_study(importlib.import_module(registry[name]), name)
         summary = module.SUMMARY
         config = default_config(module, smoke=not full)
-        results = run_study(module, config, out, smoke=not full)
+        results = run_study(module, config, out, smoke=not full, overwrite=overwrite)
         if results is None:  # the folder already held this run, complete: keep it as it is
             verdict = (read_run(out) or {}).get("verdict") or ""
         else:

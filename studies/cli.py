@@ -260,6 +260,7 @@ def _cmd_run(argv: list[str]) -> int:
     def started(folder) -> None:
         what = "resuming its unfinished run" if folder.resuming else "running"
         print(f"{args.study} ({mode}): {what}, outputs in {out}", file=sys.stderr, flush=True)
+
     try:
         results = run_study(
             module,
@@ -339,6 +340,11 @@ def _cmd_tour(argv: list[str]) -> int:
         "--all", action="store_true", help="every registered study, not only the tour's"
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the studies' folders that hold another config (e.g. a smoke tour's)",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=_default_jobs(),
@@ -358,7 +364,12 @@ def _cmd_tour(argv: list[str]) -> int:
     names = None if args.all else [name for name in studies.TOUR if name in studies.STUDIES]
     expected = None if args.full else studies.SMOKE_SECONDS
     return run_tour(
-        args.out, full=args.full, jobs=args.jobs, names=names, expected_seconds=expected
+        args.out,
+        full=args.full,
+        jobs=args.jobs,
+        names=names,
+        expected_seconds=expected,
+        overwrite=args.overwrite,
     )
 
 

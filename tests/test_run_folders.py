@@ -32,7 +32,7 @@ SUMMARY = "Triangular numbers."
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    n: int = 10
+    n: int = 20
     seconds: float = 0.0
     devices: int = 0
     gib: float = 0.0
@@ -48,7 +48,7 @@ class Results:
 
 
 def smoke_config():
-    return Config()
+    return Config(n=10)
 
 
 def compute(config):
@@ -417,3 +417,23 @@ def test_absurd_sizes_of_real_studies_are_refused(tmp_path, capsys, study):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs an estimated" in err[0] and "PiB" in err[0], err
     assert not out.exists()
+
+
+def test_a_tour_rerun_keeps_its_complete_studies_and_refuses_another_config(registry, tmp_path):
+    import io
+
+    out = tmp_path / "tour"
+    assert _harness.run_tour(out, registry=_NAMES, stream=io.StringIO()) == 0
+    before = _snapshot(out / "tri")
+    # The same tour again: every study already complete, its folder byte for byte as it was.
+    assert _harness.run_tour(out, registry=_NAMES, stream=io.StringIO()) == 0
+    assert _snapshot(out / "tri") == before
+    assert json.loads((out / "tour.json").read_text())["studies"]["tri"]["verdict"] == "Yes. 55"
+    # The full configs into the smoke folders: refused per study (one line), nothing changed.
+    stream = io.StringIO()
+    assert _harness.run_tour(out, registry=_NAMES, full=True, stream=stream) == 1
+    assert _snapshot(out / "tri") == before
+    assert (
+        "RunFolderError" in json.loads((out / "tour.json").read_text())["studies"]["tri"]["error"]
+    )
+    assert not (out / "tri" / "traceback.txt").exists()
