@@ -100,7 +100,7 @@ class TrainingFields:
     hidden: int = 128
     """Feed-forward width."""
     activation: str = "gelu"
-    """Feed-forward activation: gelu or relu."""
+    """Feed-forward activation, a name in `wb.registry.ACTIVATIONS` (gelu, relu, tanh, ...)."""
     scheme: str = "lie"
     """Splitting scheme solving the equation in training: lie, strang, yoshida4 or suzuki4."""
     steps_per_layer: int = 1

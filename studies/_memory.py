@@ -125,14 +125,12 @@ def phase_diagram_bytes(
 
 
 def scheme_evaluations(scheme: str) -> int:
-    """Operator evaluations per step of a splitting scheme of `studies._training.SCHEMES` on the
-    two operators (attention, feed-forward): sub-flows × stages of the inner Runge–Kutta method
-    (Lie–Trotter 2, Strang 6, Yoshida4 36, Suzuki4 60)."""
+    """Operator evaluations per step of a splitting scheme of `wb.registry.SPLITTING_SCHEMES` on
+    the two operators (attention, feed-forward): sub-flows × stages of the inner Runge–Kutta
+    method (Lie–Trotter 2, Strang 6, Yoshida4 36, Suzuki4 60)."""
     import workbench as wb
 
-    classes = {"lie": wb.schemes.LieTrotter, "strang": wb.schemes.Strang,
-               "yoshida4": wb.schemes.Yoshida4, "suzuki4": wb.schemes.Suzuki4}  # fmt: skip
-    s = classes[scheme]()
+    s = wb.registry.SPLITTING_SCHEMES[scheme]
     return len(s.stages(2)) * s.inner.tableau.num_stages
 
 

@@ -18,10 +18,7 @@ import workbench.control as wbc
 
 from ._config import ConfigError, check, check_choices, check_divides, check_positive, check_range
 
-SCHEMES = {"lie": wb.schemes.LieTrotter, "strang": wb.schemes.Strang,
-           "yoshida4": wb.schemes.Yoshida4, "suzuki4": wb.schemes.Suzuki4}  # fmt: skip
 OPTIMIZERS = ("adamw", "adam", "sgd")
-ACTIVATIONS = ("gelu", "relu")
 
 
 def check_model_fields(config: Any) -> None:
@@ -31,8 +28,8 @@ def check_model_fields(config: Any) -> None:
     check_positive(config, "d", "num_heads", "num_layers", "hidden", "batch_size",
                    "steps_per_layer", "learning_rate", "clip", "checkpoint_every")  # fmt: skip
     check_divides(config, "num_heads", into="d")
-    check_choices(config, "scheme", SCHEMES)
-    check_choices(config, "activation", ACTIVATIONS)
+    check_choices(config, "scheme", wb.registry.SPLITTING_SCHEMES)
+    check_choices(config, "activation", wb.registry.ACTIVATIONS)
     check(
         config, "warmup", isinstance(config.warmup, int) and config.warmup >= 0, "an integer >= 0"
     )
@@ -195,10 +192,11 @@ def load_plan(config: Any) -> wba.DiscretizationPlan | None:
             f"plan={config.plan!r} was written for another model ({'; '.join(wrong)}); make a "
             "plan for this model: workbench run plan --d ... --num-layers ... --equation pre-norm."
         )
-    if plan.method not in SCHEMES:
+    schemes = wb.registry.SPLITTING_SCHEMES
+    if plan.method not in schemes:
         raise ConfigError(
             f"plan={config.plan!r} chose {plan.method!r}; training runs splitting schemes "
-            f"({', '.join(SCHEMES)}): make the plan with --methods {','.join(SCHEMES)}."
+            f"({', '.join(schemes)}): make the plan with --methods {','.join(schemes)}."
         )
     return plan
 
@@ -206,8 +204,8 @@ def load_plan(config: Any) -> wba.DiscretizationPlan | None:
 def discretization(config: Any, plan) -> tuple[Any, int]:
     """(scheme object, steps per layer): the plan's when given, else the config's."""
     if plan is not None:
-        return SCHEMES[plan.method](), plan.steps_per_layer
-    return SCHEMES[config.scheme](), config.steps_per_layer
+        return wb.registry.SPLITTING_SCHEMES[plan.method], plan.steps_per_layer
+    return wb.registry.SPLITTING_SCHEMES[config.scheme], config.steps_per_layer
 
 
 def activation(config: Any):
@@ -383,10 +381,8 @@ def refinement_ladder(model: wbc.ControlledModel, inputs, ladder, *, scheme=None
             lad = wba.error_ladder(tr.equation, u0, scheme, steps, ref, min_points=1, repeats=1)
             errors = np.maximum(errors, lad.errors)
         h = tr.equation.piece_length / np.asarray(steps, float)
-        try:
-            fit = wba.fit_order(h, errors, expected=scheme.order())
-        except ValueError:
-            fit = None
+        fit = wba.fit_order(h, errors, expected=scheme.order(), throw=False)
+        fit = fit if fit.success else None
     return {
         "steps_per_layer": steps,
         "errors": errors,

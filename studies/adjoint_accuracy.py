@@ -41,8 +41,6 @@ from studies._report import ci_cell, markdown_table, new_figure, progress, wide_
 NAME = "adjoint-accuracy"
 SUMMARY = "Continuous adjoint vs exact discrete gradient: observed order; time and memory vs depth."
 
-SCHEMES = {"lie": wb.schemes.LieTrotter, "strang": wb.schemes.Strang,
-           "suzuki4": wb.schemes.Suzuki4, "yoshida4": wb.schemes.Yoshida4}  # fmt: skip
 COST_METHODS = ("dto", "dto-every-step", "dto-binomial", "otd", "msa")
 """The gradient methods whose cost is measured (keys of `GRADIENT_METHODS`)."""
 
@@ -62,7 +60,7 @@ class Config:
     batch: int = 2
     """Examples in the accuracy part's batch."""
     schemes: tuple[str, ...] = ("lie", "strang", "suzuki4")
-    """Splitting schemes whose adjoint gap is measured (lie, strang, suzuki4, yoshida4)."""
+    """Splitting schemes whose adjoint gap is measured (`wb.registry.SPLITTING_SCHEMES` names)."""
     ladder: tuple[int, ...] = (2, 4, 8, 16, 32)
     """Steps per layer of the accuracy ladder."""
     tsit5_ladder: tuple[int, ...] = (2, 4, 8, 16)
@@ -90,7 +88,7 @@ class Config:
         check_positive(self, "d", "n", "num_heads", "num_layers", "hidden", "batch", "ladder",
                        "depths", "cost_d", "cost_n", "cost_batch", "repeats", "order_tolerance")  # fmt: skip
         check_positive(self, "kinetic", allow_zero=True)
-        check_choices(self, "schemes", SCHEMES)
+        check_choices(self, "schemes", wb.registry.SPLITTING_SCHEMES)
         check_choices(self, "cost_methods", COST_METHODS)
         check_nonempty(self, "schemes", "ladder", "depths")
         check(self, "ladder", len(self.ladder) >= 3 and list(self.ladder) == sorted(set(self.ladder)),
@@ -194,9 +192,8 @@ def _gap(g_ref, g):
 
 def _fit(steps, gaps, order):
     h = 1.0 / np.asarray(steps, float)
-    try:
-        fit = wba.fit_order(h, np.asarray(gaps), expected=order)
-    except ValueError:
+    fit = wba.fit_order(h, np.asarray(gaps), expected=order, throw=False)
+    if not fit.success:
         return None, None
     return float(fit.order), (float(fit.ci_low), float(fit.ci_high))
 
@@ -211,7 +208,7 @@ def _accuracy(config: Config) -> list:
     otd = eqx.filter_jit(wbc.OptimizeThenDiscretize().value_and_direction)
     ladders = []
     for name in progress(config.schemes, desc="adjoint ladders"):
-        scheme = SCHEMES[name]()
+        scheme = wb.registry.SPLITTING_SCHEMES[name]
         gaps = []
         for k in config.ladder:
             model = _model(kmodel, config, d=config.d, layers=config.num_layers, scheme=scheme,

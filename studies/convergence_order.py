@@ -65,7 +65,8 @@ JUDGED_MAX_ORDER = 5
 round-off floor before an order-8 slope can be resolved."""
 WEIGHTS = ("random", "recovered")
 EQUATIONS = ("pre-norm", "post-norm")
-ACTIVATIONS = ("gelu", "relu")
+COMPARED_ACTIVATIONS = ("gelu", "relu")
+"""The GELU/ReLU comparison (names in `wb.registry.ACTIVATIONS`): smooth vs a kink."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,7 +351,7 @@ def _activation_rows(config: Config, u0, gelu_ref):
     if not config.activation_methods:
         return rows, ref_error
     sd = _state_dict(config, "random")
-    for activation in ACTIVATIONS:
+    for activation in COMPARED_ACTIVATIONS:
         equation = _equation(config, sd, "pre-norm", activation)
         if activation == "relu":
             ref = wba.reference_solution(equation, u0, rtol=config.relu_reference_tolerance)
@@ -588,7 +589,7 @@ def figures(results: Results) -> dict:
     if results.activation:
         fig, axes = new_figure(1, 2, figsize=(12, 5), sharey=True)
         ks = c.activation_steps_per_layer
-        for ax, activation in zip(axes, ACTIVATIONS):
+        for ax, activation in zip(axes, COMPARED_ACTIVATIONS):
             sel = [a for a in results.activation if a.activation == activation]
             for a in sel:
                 style = "--o" if a.method in SPLITTING else "-o"

@@ -36,6 +36,7 @@ import time
 import jax
 import numpy as np
 
+import workbench as wb
 import workbench.control as wbc
 from studies import _training as T
 from studies._config import check, check_choices, check_positive, check_seed
@@ -149,7 +150,7 @@ def compute(config: Config, *, run_dir=None) -> Results:
     with jax.enable_x64(False):
         task = wbc.digits(config.seed)
         per_epoch = len(task.train) // config.batch_size
-        scheme = T.SCHEMES[config.scheme]()
+        scheme = wb.registry.SPLITTING_SCHEMES[config.scheme]
         for v, variant in enumerate(VARIANTS):
             weight = config.smoothness if variant == "with" else 0.0
             objective = wbc.Objective(

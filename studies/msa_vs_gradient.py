@@ -35,6 +35,7 @@ import jax
 import numpy as np
 import optax
 
+import workbench as wb
 import workbench.control as wbc
 from studies import _training as T
 from studies._config import check, check_positive, check_seed
@@ -162,7 +163,7 @@ def compute(config: Config, *, run_dir=None) -> Results:
     curves, accuracy, rates, compiles = [], [], [], []
     with jax.enable_x64(False):
         task = wbc.digits(config.seed)
-        scheme, k = T.SCHEMES[config.scheme](), config.steps_per_layer
+        scheme, k = wb.registry.SPLITTING_SCHEMES[config.scheme], config.steps_per_layer
         for name in methods:
             model = T.digits_model(config, jax.random.key(config.seed), scheme, k,
                                    kernel_size=config.patch, stride=config.patch)  # fmt: skip

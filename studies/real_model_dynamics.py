@@ -279,11 +279,8 @@ def compute(config: Config) -> Results:
 
         to_net = np.asarray([distance(k, 1) for k in c.steps])
         to_ref = np.asarray([distance(k, c.reference_steps) for k in c.steps])
-        try:
-            fit = wba.fit_order(1.0 / np.asarray(c.steps, float), to_ref, expected=1)
-            order = float(fit.order)
-        except ValueError:
-            order = None
+        fit = wba.fit_order(1.0 / np.asarray(c.steps, float), to_ref, expected=1, throw=False)
+        order = float(fit.order) if fit.success else None
     trained = np.asarray([t <= L for t in depths])
     return Results(
         config=c,

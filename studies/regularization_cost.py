@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import workbench as wb
 import workbench.control as wbc
 from studies import _training as T
 from studies._config import check, check_choices, check_positive, check_seed
@@ -74,7 +75,7 @@ class Config(Ladder, Patch, Epochs, WeightDecay, TrainingFields):
         check_positive(self, "epochs", "tolerance", "examples", "max_drop")
         check_positive(self, "weight_decay", allow_zero=True)
         check_choices(self, "controls", T.CONTROLS)
-        check_choices(self, "plan_scheme", T.SCHEMES)
+        check_choices(self, "plan_scheme", wb.registry.SPLITTING_SCHEMES)
         check(self, "patch", self.patch in (1, 2, 4, 8), "one of 1, 2, 4, 8 (divides 8)")
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
         for field in ("kinetic_weights", "smoothness_weights"):
@@ -152,7 +153,8 @@ def compute(config: Config, *, run_dir=None) -> Results:
     with jax.enable_x64(False):
         task = wbc.digits(config.seed)
         steps = config.epochs * (len(task.train) // config.batch_size)
-        scheme = T.SCHEMES[config.scheme]()
+        scheme = wb.registry.SPLITTING_SCHEMES[config.scheme]
+        plan_scheme = wb.registry.SPLITTING_SCHEMES[config.plan_scheme]
         for lam_k, lam_s in pairs:
             model = T.digits_model(config, jax.random.key(config.seed), scheme,
                                    config.steps_per_layer, kernel_size=config.patch,
@@ -178,7 +180,7 @@ def compute(config: Config, *, run_dir=None) -> Results:
             acc.append(wbc.evaluate(result.model, task.test))
             energy.append(float(_kinetic(result.model, jnp.asarray(task.test.inputs))))
             lad = T.refinement_ladder(result.model, task.test.inputs[: config.examples],
-                                      config.ladder, scheme=T.SCHEMES[config.plan_scheme]())  # fmt: skip
+                                      config.ladder, scheme=plan_scheme)  # fmt: skip
             errors.append(lad["errors"])
             needed.append(_needed(lad["errors"], config.ladder, config.tolerance))
             orders.append(np.nan if lad["observed_order"] is None else lad["observed_order"])

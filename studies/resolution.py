@@ -20,7 +20,6 @@ is expected to cost Gauss its exponential convergence.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -48,7 +47,6 @@ from studies._report import (
 NAME = "resolution"
 SUMMARY = "Token- and feature-grid refinement of the continuous Transformer at the rule's order."
 
-ACTIVATIONS = {"gelu": wb.terms.gelu, "tanh": jnp.tanh, "relu": wb.terms.relu}
 DIRECTIONS = ("features", "tokens")
 
 
@@ -72,8 +70,9 @@ class Config:
     """Rank of the random separable kernels W(ξ, y) and of the input f(x, y)."""
     max_frequency: float = 3.0
     """Kernel frequencies are drawn from [1, max_frequency]."""
-    activation: Literal["gelu", "tanh", "relu"] = "gelu"
-    """Pointwise activation of the feed-forward part (smooth for the convergence study)."""
+    activation: str = "gelu"
+    """Pointwise activation of the feed-forward part, a name in `wb.registry.ACTIVATIONS` (smooth,
+    e.g. gelu or tanh, for the convergence study)."""
     norm: bool = True
     """Apply the layer-norm projections (off: the uniform-grid equivalence check is skipped)."""
     probes: tuple[float, ...] = (0.13, 0.5, 0.91)
@@ -109,7 +108,7 @@ class Config:
         check_positive(self, "num_layers", "tau", "rank", "tolerance", "min_gauss_rate")
         check_positive(self, "equivalence_tolerance")
         check_range(self, "max_frequency", 1.0)
-        check_choices(self, "activation", ACTIVATIONS)
+        check_choices(self, "activation", wb.registry.ACTIVATIONS)
         check_range(self, "probes", 0.0, 1.0)
         check_seed(self)
 
@@ -174,10 +173,8 @@ class Results:
 
 def _fit(spacings, errors, expected) -> wba.OrderFit | None:
     """`fit_order` (judged against `expected`), or `None` where the ladder admits no fit."""
-    try:
-        return wba.fit_order(spacings, errors, expected=expected)
-    except ValueError:
-        return None
+    fit = wba.fit_order(spacings, errors, expected=expected, throw=False)
+    return fit if fit.success else None
 
 
 def _ladder(model, f, psi, rule_name, refine, activation, config, pad_to) -> Ladder:
@@ -247,7 +244,7 @@ def compute(config: Config) -> Results:
             rank=config.rank,
             max_frequency=config.max_frequency,
             tau=config.tau,
-            activation=ACTIVATIONS[config.activation],
+            activation=wb.registry.ACTIVATIONS[config.activation],
             norm=config.norm,
         )
         f = wba.SmoothKernel.random(key=kf, rank=config.rank, max_frequency=config.max_frequency)

@@ -15,8 +15,8 @@ with `[A, F](u)` computed by two JVPs. The sub-flows are made (nearly) exact wit
 for Strang, RK4 for the compositions), as `workbench.integrate` runs them. The exact flow is RK4
 with many steps (`reference_substeps` per local step, `reference_steps_per_layer` per layer).
 Scheme names: `lie`, `strang`, `yoshida4`, `suzuki4` are the splittings of
-`workbench.analysis.METHODS`; `unsplit-rk4` is `workbench.schemes.RK4()` applied to the whole
-field (`workbench.analysis.UNSPLIT_METHODS`; not the diffrax solver that `METHODS` calls `rk4`).
+`workbench.registry.SPLITTING_SCHEMES`; `unsplit-rk4` is `workbench.schemes.RK4()` applied to the
+whole field (`workbench.registry.UNSPLIT_RK`; not the diffrax solver `rk4` of `ODE_SOLVERS`).
 
 Post-norm variant: the same terms, each sub-flow followed by the projection onto one LayerNorm
 set S1(0, 1) (no affine; BERT instead alternates two different affine LayerNorms, which have no
@@ -60,21 +60,23 @@ from studies._report import (
 NAME = "splitting-error"
 SUMMARY = "Lie/Strang/4th-order/RK splitting error vs τ; Lie error vs the commutator [A, F]."
 
-SPLITTINGS = ("lie", "strang", "yoshida4", "suzuki4")
-SCHEMES = (*SPLITTINGS, "unsplit-rk4")
+SPLITTINGS = tuple(wb.registry.SPLITTING_SCHEMES)
+MEASURED = (*SPLITTINGS, "unsplit-rk4")
+"""The valid `schemes`: every splitting scheme of the registry, and the unsplit RK4 (a name of
+`wb.registry.UNSPLIT_RK`; the names of the two tables are disjoint)."""
 PLACEMENTS = ("pre", "post")
-LABELS = dict(zip(SCHEMES, ("Lie", "Strang", "Yoshida 4", "Suzuki 4", "unsplit RK4")))
-
-
-def _order(name: str) -> int:
-    """The classical (global) order of a scheme, from the library's method tables."""
-    return (wba.UNSPLIT_METHODS if name in wba.UNSPLIT_METHODS else wba.METHODS)[name][1]
+LABELS = dict(zip(MEASURED, ("Lie", "Strang", "Yoshida 4", "Suzuki 4", "unsplit RK4")))
 
 
 def _method(name: str):
-    """`unsplit-rk4`: `workbench.schemes.RK4()`; the splittings: `METHODS`."""
-    split = name not in wba.UNSPLIT_METHODS
-    return wba.method_from_name(name) if split else wba.unsplit_method(name)
+    """The scheme called `name`: a splitting scheme or `unsplit-rk4` (`wb.schemes.RK4()`)."""
+    table = wb.registry.SPLITTING_SCHEMES if name in SPLITTINGS else wb.registry.UNSPLIT_RK
+    return table[name]
+
+
+def _order(name: str) -> int:
+    """The classical (global) order of a scheme: the object's own `order()`."""
+    return _method(name).order()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +120,7 @@ class Config:
         check_positive(self, "local_taus", "steps_per_layer", "order_tolerance")
         check_divides(self, "num_heads", into="d")
         check_nonempty(self, "schemes", "placements")
-        check_choices(self, "schemes", SCHEMES)
+        check_choices(self, "schemes", MEASURED)
         check_choices(self, "placements", PLACEMENTS)
         check(self, "schemes", "lie" in self.schemes, "include 'lie' (the commutator check)")
         check(self, "placements", "pre" in self.placements, "include 'pre'")
@@ -213,10 +215,8 @@ class Results:
 def _fit(steps, errors, roundoff, expected=None) -> wba.OrderFit | None:
     """`fit_order` on the asymptotic range (judged against `expected`), or `None` where the
     ladder admits no fit."""
-    try:
-        return wba.fit_order(steps, errors, roundoff=roundoff, expected=expected)
-    except ValueError:
-        return None
+    fit = wba.fit_order(steps, errors, roundoff=roundoff, expected=expected, throw=False)
+    return fit if fit.success else None
 
 
 def _equations(config: Config, rng):
@@ -460,8 +460,8 @@ def report(results: Results) -> str:
 # ---------------------------------------------------------------------------------------------
 # Figures
 
-MARKERS = dict(zip(SCHEMES, "os^vD"))
-COLORS = dict(zip(SCHEMES, ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:red")))
+MARKERS = dict(zip(MEASURED, "os^vD"))
+COLORS = dict(zip(MEASURED, ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:red")))
 
 
 def _label(r: Row, local: bool) -> str:

@@ -17,9 +17,10 @@ with known spectra and on the linearization of a pre-norm Transformer?
 4. Finite-time Lyapunov exponents of the network's layer map (QR method) along the trajectory.
 
 Method names: `unsplit-euler`, `unsplit-heun`, `unsplit-rk4` are the Runge–Kutta tableaux of
-`workbench.schemes` applied to the whole field (`wb.analysis.UNSPLIT_METHODS`; the observed step
-runs their own `step`), not the diffrax solvers `METHODS` calls `euler`, `heun`, `rk4` (same
-tableaux); the splittings, and Tsit5 and Dopri5 in the region plot, are those of `METHODS`.
+`workbench.schemes` applied to the whole field (`wb.registry.UNSPLIT_RK`; the observed step
+runs their own `step`), not the diffrax solvers `euler`, `heun`, `rk4` of `wb.registry.ODE_SOLVERS`
+(same tableaux); the splittings are `wb.registry.SPLITTING_SCHEMES`, and Tsit5 and Dopri5 in the
+region plot are ODE solvers.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ NAME = "stability"
 SUMMARY = "Stability regions vs Jacobian spectra, max stable steps, Lipschitz of attention, FTLEs."
 
 UNSPLIT = ("unsplit-euler", "unsplit-heun", "unsplit-rk4")
-SPLITTINGS = ("lie", "strang", "yoshida4", "suzuki4")
-REGION_RK = (*UNSPLIT, "tsit5", "dopri5")  # the last two: diffrax solvers of METHODS
+SPLITTINGS = tuple(wb.registry.SPLITTING_SCHEMES)
+REGION_RK = (*UNSPLIT, "tsit5", "dopri5")  # the last two: ODE solvers (diffrax)
 SPLIT_CASE = "split (non-commuting)"
 
 
@@ -96,8 +97,8 @@ class Config:
     """Seeds the linear test fields, the random weights and the inputs."""
 
     def __post_init__(self):
-        check_choices(self, "methods", UNSPLIT)
-        check_choices(self, "splittings", SPLITTINGS)
+        check_choices(self, "methods", wb.registry.UNSPLIT_RK)
+        check_choices(self, "splittings", wb.registry.SPLITTING_SCHEMES)
         check_nonempty(self, "methods", "betas", "seq_lens")
         check_positive(self, "linear_steps", "d", "heads", "layers", "dff", "n", "model_steps")
         check_positive(self, "krylov_dim", "betas", "seq_lens", "lipschitz_samples")
@@ -122,8 +123,7 @@ class Config:
 
         size = self.n * self.d
         evaluation = M.attention_layer_floats(self.n, self.d, self.dff, self.heads)
-        stages = {"unsplit-euler": 1, "unsplit-heun": 2, "unsplit-rk4": 4}
-        rk = max(stages[m] for m in self.methods)
+        rk = max(wb.registry.UNSPLIT_RK[m].tableau.num_stages for m in self.methods)
         jacobian = M.array_bytes(size, evaluation) + M.array_bytes(10, size, size)
         trials = M.growth_trial_bytes(size, -(-size // 2), stages=rk)
         linear = M.growth_trial_bytes(self.linear_dim, self.linear_dim)

@@ -260,13 +260,13 @@ def _grams(integrator, dt, betas, starts, ts, devices) -> np.ndarray:
 
 def _fit(dts, errors, expected=None):
     """`fit_order` on the ladder (two points suffice for a two-step ladder, as in the smoke run),
-    or None when no slope can be fitted (zero errors, no consistent window)."""
-    try:
-        return wb.analysis.fit_order(
-            dts, errors, min_points=min(3, len(dts)), tol=ORDER_TOL, expected=expected
-        )
-    except ValueError:
+    or None when no slope can be fitted (one step, zero errors, no consistent window)."""
+    if len(dts) < 2:
         return None
+    fit = wb.analysis.fit_order(
+        dts, errors, min_points=min(3, len(dts)), tol=ORDER_TOL, expected=expected, throw=False
+    )
+    return fit if fit.success else None
 
 
 def compute(config: Config) -> Results:

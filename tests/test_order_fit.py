@@ -260,3 +260,165 @@ def test_record_has_every_field_and_old_positional_construction_works():
         2.0, 1.0, 0.0, 2.0, 2.0, 0.95, h[:3], h[:3], np.ones(3, bool), np.zeros(2), None, 0
     )
     assert not old.order_reduction and old.to_dict()["regime"] == "asymptotic"
+
+
+# ----------------------------------------------------------------------------------------------
+# No fit is a result (`OrderFit.result`), raised by default as `OrderFitError`
+
+NO_FIT_CASES = [
+    # local orders 3.3, 1.0, 12.3: no three consecutive points share a slope
+    ([0.1, 0.05, 0.025, 0.0125], [1.0, 1e-1, 5e-2, 1e-5], {}, "no_asymptotic_window",
+     "share one slope"),
+    # two points at round-off, two above it
+    ([0.1, 0.05, 0.025, 0.0125], [1e-2, 2.5e-3, 1e-15, 1e-15], {}, "at_floor",
+     "above the round-off floor"),
+    ([0.1, 0.05], [1e-2, 2.5e-3], {}, "too_few_points", "needs at least 3 step sizes"),
+    ([0.1, 0.05, 0.025], [np.nan, 2.5e-3, 6.25e-4], {}, "nonfinite_errors", "a run diverged"),
+    ([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 0.0], {"asymptotic": False}, "zero_errors",
+     "needs all errors > 0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("steps, errors, kwargs, result, reason", NO_FIT_CASES)
+def test_no_fit_is_a_result_and_raises_by_default(steps, errors, kwargs, result, reason):
+    fit = wb.analysis.fit_order(steps, errors, throw=False, **kwargs)
+    assert fit.result is wb.analysis.ORDER_FIT_RESULTS[result] and not fit.success
+    assert reason in fit.message
+    numbers = (fit.order, fit.constant, fit.stderr, fit.ci_low, fit.ci_high)
+    assert all(np.isnan(x) for x in numbers), numbers
+    assert not fit.used.any() and fit.num_used == 0 and fit.regime == "no_fit"
+    assert not fit.within(2.0, tol=1e9) and fit.describe() == f"no order fit: {fit.message}"
+    np.testing.assert_array_equal(fit.steps, np.sort(steps))
+    d = json.loads(json.dumps(fit.to_dict()))
+    assert d["result"] == result and d["message"] == fit.message
+    # Raised by default: a public `ValueError` subclass naming the reason and the result.
+    with pytest.raises(wb.analysis.OrderFitError, match=reason) as info:
+        wb.analysis.fit_order(steps, errors, **kwargs)
+    assert isinstance(info.value, ValueError) and f"result: {result}" in str(info.value)
+    assert info.value.result is fit.result and info.value.fit.message == fit.message
+
+
+def test_failed_fit_keeps_the_floor_it_found():
+    fit = wb.analysis.fit_order(
+        [0.1, 0.05, 0.025, 0.0125], [1e-2, 2.5e-3, 1e-15, 1e-15], throw=False
+    )
+    assert fit.floor == 1e-15 and fit.floor_kind == "roundoff"
+    # Local orders from the smallest step: 0 on the floor, the jump off it, the power law's 2.
+    np.testing.assert_allclose(
+        fit.local_orders, [0.0, np.log2(2.5e-3 / 1e-15), 2.0], rtol=1e-12, atol=1e-12
+    )
+
+
+def test_a_power_law_is_a_successful_fit_with_its_order():
+    h = 0.2 / 2.0 ** np.arange(6)
+    for p, c in ((1, 0.5), (2, 3.0), (4, 1e-2)):
+        for throw in (True, False):
+            fit = wb.analysis.fit_order(h, c * h**p, throw=throw)
+            assert fit.success and fit.result is wb.analysis.ORDER_FIT_RESULTS.successful
+            assert fit.message == "" and fit.to_dict()["result"] == "successful"
+            assert abs(fit.order - p) < 1e-12 and abs(fit.constant / c - 1) < 1e-10
+            assert fit.used.all()
+
+
+@pytest.mark.parametrize(
+    "steps, errors, kwargs, reason",
+    [
+        ([0.1, 0.05, 0.025], [1e-2, 2.5e-3], {}, "3 steps but 2 errors"),
+        ([0.1, -0.05, 0.025], [1e-2, 2.5e-3, 6.25e-4], {}, "finite and > 0"),
+        ([0.1, np.nan, 0.025], [1e-2, 2.5e-3, 6.25e-4], {}, "finite and > 0"),
+        ([0.1, 0.1, 0.025], [1e-2, 2.5e-3, 6.25e-4], {}, "distinct"),
+        ([0.1, 0.05, 0.025], [1e-2, -2.5e-3, 6.25e-4], {}, "errors must be >= 0"),
+        ([0.1, -0.05], [1e-2, 2.5e-3], {}, "finite and > 0"),  # input checks come first
+        ([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 6.25e-4], {"roundoff": [1e-16] * 2}, "one level"),
+        ([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 6.25e-4], {"min_points": 1}, "min_points=1"),
+        ([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 6.25e-4], {"tol": 0.0}, "tol=0.0"),
+    ],
+)
+def test_input_errors_raise_at_once_even_without_throw(steps, errors, kwargs, reason):
+    with pytest.raises(ValueError, match=reason) as info:
+        wb.analysis.fit_order(steps, errors, throw=False, **kwargs)
+    assert not isinstance(info.value, wb.analysis.OrderFitError)
+
+
+# The converted call sites (`throw=False`, read `result`) against the former `try: fit_order(...)
+# except ValueError: None`, on a good ladder and on every kind of failure.
+
+
+def _former(*args, **kwargs):
+    try:
+        return wb.analysis.fit_order(*args, **kwargs)
+    except ValueError:
+        return None
+
+
+def _same(fit, ref):
+    if ref is None:
+        assert fit is None
+    else:
+        assert fit is not None and fit.success
+        assert (fit.order, fit.ci_low, fit.ci_high) == (ref.order, ref.ci_low, ref.ci_high)
+
+
+LADDER_H = 0.1 / 2.0 ** np.arange(6)
+LADDER_ERRORS = {
+    "power law": 3.0 * LADDER_H**2,
+    "no window": np.array([1e-9, 1e-6, 1e-5, 5e-2, 1e-1, 1.0]),
+    "at floor": np.array([0.0, 0.0, 0.0, 0.0, 1e-2, 1e-1]),
+    "diverged": np.r_[LADDER_H[:-1] ** 2, np.nan],
+}
+
+
+@pytest.mark.parametrize("case", sorted(LADDER_ERRORS))
+def test_study_fit_helpers_give_the_former_numbers(case):
+    from studies import adjoint_accuracy, resolution, splitting_error, step_convergence
+
+    h, e = LADDER_H, LADDER_ERRORS[case]
+    ok = case == "power law"
+    _same(resolution._fit(h, e, 2), _former(h, e, expected=2))
+    _same(splitting_error._fit(h, e, 1e-16, 2), _former(h, e, roundoff=1e-16, expected=2))
+    tol = step_convergence.ORDER_TOL
+    _same(step_convergence._fit(h, e, 2), _former(h, e, tol=tol, expected=2))
+    _same(step_convergence._fit(h[:2], e[:2]), _former(h[:2], e[:2], min_points=2, tol=tol))
+    assert step_convergence._fit(h[:1], e[:1]) is None  # one step: no slope (as before)
+    order, ci = adjoint_accuracy._fit(1.0 / h, e, 2)
+    ref = _former(h, e, expected=2)
+    assert (order is None) == (not ok) and (ci is None) == (not ok)
+    if ok:
+        assert order == ref.order and ci == (ref.ci_low, ref.ci_high)
+        assert abs(order - 2.0) < 1e-12
+
+
+def test_refinement_ladder_and_error_ladder_read_the_result():
+    import jax
+
+    from studies import _training
+
+    from helpers import tiny_model
+
+    model = tiny_model(jax.random.key(0), layers=2)
+    inputs = np.random.default_rng(0).standard_normal((2, 4, 4))
+    # Two entries: too few points, recorded as no order (as the former `except ValueError`).
+    short = _training.refinement_ladder(model, inputs, (1, 2))
+    assert short["observed_order"] is None and short["order_ci"] is None
+    lad = _training.refinement_ladder(model, inputs, (1, 2, 4, 8))
+    h = model.transformer.equation.piece_length / np.array([1.0, 2.0, 4.0, 8.0])
+    ref = wb.analysis.fit_order(h, lad["errors"], expected=1)
+    assert lad["observed_order"] == ref.order and lad["order_ci"] == (ref.ci_low, ref.ci_high)
+    # Measured before the conversion (`try/except ValueError`): 0.62509 (Lie–Trotter, 1 … 8).
+    assert abs(lad["observed_order"] - 0.6250887331285045) < 1e-8
+
+    # `error_ladder`: `min_points=1` asks for no fit; a failed fit leaves `fit` None and its
+    # message in `fit_error`.
+    eq, u0 = model.transformer.equation, jax.vmap(model.embedding)(inputs)[0]
+    scheme = model.transformer.scheme
+    ref_u = wb.analysis.reference_solution(eq, u0, steps_per_layer=32)
+    one = wb.analysis.error_ladder(eq, u0, scheme, [1, 2], ref_u, min_points=1, repeats=1)
+    assert one.fit is None and "min_points=1" in one.fit_error
+    good = wb.analysis.error_ladder(eq, u0, scheme, [2, 4, 8], ref_u, repeats=1)
+    assert good.fit is not None and good.fit_error is None
+    # Against the finest solve itself the last error is 0 (floor): two points are left.
+    exact = wb.analysis.error_ladder(eq, u0, scheme, [2, 4, 8], good.solutions[-1], repeats=1)
+    assert exact.errors[-1] == 0.0 and exact.fit is None
+    failed = wb.analysis.fit_order(exact.step_sizes, exact.errors, expected=None, throw=False)
+    assert failed.result is wb.analysis.ORDER_FIT_RESULTS.at_floor
+    assert exact.fit_error == failed.message and exact.to_dict()["fit_error"] == failed.message

@@ -274,7 +274,7 @@ def test_grid_sizes_below_two_are_rejected(num):
         ({"fixed_size": 1}, "fixed_size=1 is not allowed; allowed range [2, inf)"),
         (
             {"activation": "swish"},
-            "activation='swish' is not allowed; valid choices: 'gelu', 'tanh', 'relu'",
+            "activation='swish' is not allowed; valid choices: 'gelu', 'gelu_new'",
         ),
         ({"tau": 0.0}, "tau=0.0 is not allowed; every value must be finite and > 0"),
         ({"probes": (0.5, 1.5)}, "probes=(0.5, 1.5) is not allowed; allowed range [0, 1]"),

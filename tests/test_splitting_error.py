@@ -222,7 +222,8 @@ def test_unsplit_methods_are_the_workbench_tableaux():
     )
     for name, (ctor, order, family) in wba.UNSPLIT_METHODS.items():
         assert ctor().order() == order and family == "unsplit", name
-    with pytest.raises(ValueError, match="'rk4' is not known; valid: unsplit-euler"):
+    unknown = "method='rk4' is not a known unsplit method; valid choices: unsplit-euler"
+    with pytest.raises(ValueError, match=unknown + ".* Did you mean 'unsplit-rk4'"):
         wba.unsplit_method("rk4")
 
 

@@ -10,6 +10,7 @@ from . import (
     io as io,
     particles as particles,
     pretrained as pretrained,
+    registry as registry,
     schemes as schemes,
     solvers as solvers,
     terms as terms,

@@ -22,7 +22,8 @@ import abc
 import equinox as eqx
 import equinox.internal as eqxi
 import jax
-import numpy as np
+
+from ._checks import positive_int
 
 
 class AbstractCheckpointing(eqx.Module):
@@ -50,9 +51,7 @@ class CheckpointEvery(AbstractCheckpointing):
     every: int = eqx.field(static=True, default=1)
 
     def __check_init__(self):
-        k = self.every
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"CheckpointEvery.every={k!r} must be a positive integer.")
+        positive_int("CheckpointEvery.every", self.every)
 
     def scan(self, f, init, xs, length: int):
         k = self.every
@@ -82,11 +81,7 @@ class BinomialCheckpointing(AbstractCheckpointing):
     checkpoints: int | None = eqx.field(static=True, default=None)
 
     def __check_init__(self):
-        c = self.checkpoints
-        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
-            raise ValueError(
-                f"BinomialCheckpointing.checkpoints={c!r} must be None or a positive integer."
-            )
+        positive_int("BinomialCheckpointing.checkpoints", self.checkpoints, allow_none=True)
 
     def scan(self, f, init, xs, length: int):
         checkpoints = None if self.checkpoints is None else min(int(self.checkpoints), length)

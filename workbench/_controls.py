@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
+from ._checks import is_number, positive_int
+
 
 def _num_pieces(values) -> int:
     leaves = [x for x in jax.tree.leaves(values) if eqx.is_array(x)]
@@ -32,7 +34,7 @@ def _scalar(value):
 def _check_piece_length(value) -> None:
     """`piece_length` must be a finite positive number (the duration of one layer)."""
     v = _scalar(value)
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+    ok = is_number(v) and math.isfinite(v) and v > 0
     if not ok:
         raise ValueError(
             f"piece_length={value!r} must be positive and finite (a number: the duration of one "
@@ -41,9 +43,7 @@ def _check_piece_length(value) -> None:
 
 
 def _check_factor(factor) -> int:
-    if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 1:
-        raise ValueError(f"factor={factor!r} must be a positive integer (pieces per old piece).")
-    return int(factor)
+    return positive_int("factor", factor, hint="pieces per old piece")
 
 
 def _index(values, i):

@@ -8,6 +8,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ._checks import positive_float
 from ._equation import Equation, PostNorm
 from .solvers._projected import ProjectedSolver
 
@@ -156,8 +157,7 @@ class Penalty(AbstractFormulation):
             if not isinstance(eps, jax.core.Tracer) and not float(eps) > 0:
                 raise ValueError(f"Penalty.epsilon={eps!r} must be > 0 (e.g. 1e-4).")
             return
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"Penalty.epsilon={eps!r} must be a number > 0 (e.g. 1e-4).")
+        positive_float("Penalty.epsilon", eps, finite=False, hint="e.g. 1e-4")
 
     def check(self, equation: Equation) -> None:
         if not _is_post_norm(equation):

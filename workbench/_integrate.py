@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._checkpointing import check_checkpointing
+from ._checks import positive_int
 from ._controls import Constant
 from ._equation import Equation
 from ._solution import RESULTS, Solution
@@ -17,11 +18,7 @@ from .terms._mask import check_mask
 
 
 def _check_num_steps(equation: Equation, num_steps) -> int:
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-        raise ValueError(
-            f"num_steps={num_steps!r} must be a positive integer (the step is T/num_steps)."
-        )
-    num_steps = int(num_steps)
+    num_steps = positive_int("num_steps", num_steps, hint="the step is T/num_steps")
     pieces = equation.num_pieces
     if equation.is_piecewise_constant and num_steps % pieces != 0:
         raise ValueError(

@@ -4,8 +4,8 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from ._checks import positive_int
 from ._equation import Equation
 from ._formulations import AbstractFormulation, Natural, default_formulation
 from ._solution import RESULTS, Solution
@@ -165,8 +165,7 @@ def integrate_diffrax(
             "onto its constraint set, which the continuous adjoint does not see. Use "
             "diffrax.RecursiveCheckpointAdjoint() (the default) for post-norm equations."
         )
-    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
-        raise ValueError(f"max_steps={max_steps!r} must be a positive integer.")
+    positive_int("max_steps", max_steps)
     fixed = num_steps is not None
     if fixed and stepsize_controller is not None:
         raise ValueError(
@@ -199,12 +198,7 @@ def integrate_diffrax(
     if fixed:
         traced = isinstance(num_steps, jax.core.Tracer)
         if not traced:
-            if (
-                isinstance(num_steps, bool)
-                or not isinstance(num_steps, (int, np.integer))
-                or num_steps < 1
-            ):
-                raise ValueError(f"num_steps={num_steps!r} must be a positive integer.")
+            positive_int("num_steps", num_steps)
             if num_steps % pieces:
                 raise ValueError(
                     f"num_steps={num_steps} must be a multiple of the number of layers ({pieces}) "

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._checks import positive_int
 from ._equation import Equation
 from ._types import KeyMask, Tokens
 from .schemes._runge_kutta import AbstractExplicitRK
@@ -64,8 +65,7 @@ def step(
             "method) or an explicit Runge–Kutta method such as workbench.schemes.RK4()."
         )
     m = subflow_substeps
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise ValueError(f"subflow_substeps={m!r} must be a positive integer.")
+    positive_int("subflow_substeps", m)
     stages = scheme.stages(len(equation.operators))
     check_stages(stages, len(equation.operators), type(scheme).__name__)
     rk = scheme.inner if subflow_solver is None else subflow_solver

@@ -16,7 +16,9 @@ from ._exponential import (
 )
 from ._order import (
     DEFAULT_ROUNDOFF as DEFAULT_ROUNDOFF,
+    ORDER_FIT_RESULTS as ORDER_FIT_RESULTS,
     OrderFit as OrderFit,
+    OrderFitError as OrderFitError,
     fit_order as fit_order,
     roundoff_level as roundoff_level,
 )

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import int_in_range, positive_int
 from .._equation import Equation
 from .._integrate import integrate
 from ._order import OrderFit, fit_order
@@ -68,12 +69,7 @@ def reference_solution(
         seconds = time.perf_counter() - start
         estimate = float(np.max(np.abs(fine - adaptive(10 * rtol))))
         return Reference(fine, None, estimate, seconds, float(rtol))
-    if (
-        isinstance(steps_per_layer, bool)
-        or not isinstance(steps_per_layer, int)
-        or steps_per_layer < 2
-    ):
-        raise ValueError(f"steps_per_layer={steps_per_layer!r} must be an integer >= 2.")
+    int_in_range("steps_per_layer", steps_per_layer, 2, numpy_ints=False)
     layers = equation.num_pieces
     method = diffrax.Dopri8()
     solve = lambda k: _solve(equation, u0, method, formulation, jnp.asarray(k))[0]
@@ -106,7 +102,8 @@ class Ladder:
     against the reference), `evaluations` (vector-field evaluations per solve, `-1` if unknown),
     `seconds` (median wall time per solve, compiled), `compile_seconds` (first call minus one
     run), `compilations` (distinct compilations for the whole ladder), `fit` (`OrderFit`, or
-    `None` if no window of `min_points` consistent points exists), `fit_error` (why not),
+    `None` when `fit_order` found none or `min_points < 2`), `fit_error` (why not: the failed
+    fit's `OrderFit.message`),
     `richardson` (Richardson's estimate of the error at the finest step in the fit divided by
     its measured error: ≈ 1 in the asymptotic range), `solutions` (`u(T)` of every step count;
     not in `to_dict`). `evaluations_for(error)` predicts the cost of an accuracy from the fit.
@@ -190,7 +187,8 @@ def error_ladder(
     - `declared_order`: the method's order: the Richardson check uses it (`None`: the fitted
       one), and the fit judges order reduction against it (`fit_order(..., expected=...)`).
     - `repeats`: timed runs per step count (median reported).
-    - `min_points`, `tol`: passed to `fit_order`.
+    - `min_points`, `tol`: passed to `fit_order` (`min_points=1`: no fit, for checks of single
+      step counts).
 
     **Returns:** a `Ladder`.
     """
@@ -212,12 +210,7 @@ def error_ladder(
             raise ValueError(
                 f"error_range={error_range!r} must be (start, end) with 0 < end < start."
             )
-        if (
-            isinstance(declared_order, bool)
-            or not isinstance(declared_order, int)
-            or declared_order < 1
-        ):
-            raise ValueError(f"declared_order={declared_order!r} must be a positive integer.")
+        positive_int("declared_order", declared_order, numpy_ints=False)
         one = jnp.asarray(equation.num_pieces)
         start = time.perf_counter()
         jax.block_until_ready(_solve(equation, u0, method, formulation, one))
@@ -245,8 +238,7 @@ def error_ladder(
         )
     if np.any(ks < 1) or np.any(np.diff(ks) <= 0):
         raise ValueError(f"steps_per_layer={ks.tolist()} must be positive and increasing.")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats={repeats!r} must be a positive integer.")
+    positive_int("repeats", repeats, numpy_ints=False)
     layers = equation.num_pieces
 
     def solve(k):
@@ -273,16 +265,19 @@ def error_ladder(
     h = equation.piece_length / ks.astype(np.float64)
     errors = np.asarray(errors)
     fit, why = None, None
-    try:
+    if min_points < 2:  # a check of single step counts: no order fit asked for
+        why = f"no order fit: min_points={min_points} (a fit needs at least 2 points)."
+    else:
         fit = fit_order(
             h,
             errors,
             min_points=min_points,
             tol=tol,
             expected=None if declared_order is None else float(declared_order),
+            throw=False,
         )
-    except ValueError as e:
-        why = str(e)
+        if not fit.success:
+            fit, why = None, fit.message
     richardson = None
     if fit is not None:
         used = np.flatnonzero(fit.used)  # indices in increasing-h order

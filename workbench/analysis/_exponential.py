@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._checks import int_in_range
+
 __all__ = ["ExponentialFit", "exponential_fit", "exponential_rate"]
 
 
@@ -45,10 +47,7 @@ def exponential_fit(x, y, *, window=None, min_points: int = 2) -> ExponentialFit
 
     **Example:** `exponential_fit([0, 1, 2], [1, e⁻², e⁻⁴]).rate == -2.0`.
     """
-    if isinstance(min_points, bool) or not isinstance(min_points, (int, np.integer)):
-        raise ValueError(f"exponential_fit: min_points={min_points!r} must be an integer >= 2.")
-    if min_points < 2:
-        raise ValueError(f"exponential_fit: min_points={min_points!r} must be an integer >= 2.")
+    int_in_range("min_points", min_points, 2, owner="exponential_fit")
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     if x.ndim != 1 or x.shape != y.shape:

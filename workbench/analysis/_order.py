@@ -26,9 +26,18 @@ the small steps up:
 
 The confidence interval is Bonferroni-widened over the windows the selection could have chosen
 (see `OrderFit`).
+
+**Failure.** Bad arguments (mismatched lengths, non-positive, non-finite or repeated steps,
+negative errors, bad options) raise `ValueError` at once: they are the caller's bug. Valid data
+that admits no fit (too few points, a diverged run's NaN error, everything at the floor, no
+window sharing one slope) is an outcome of the analysis, reported as a value as
+`workbench.Solution.result` does for a solve: `OrderFit.result` is an `ORDER_FIT_RESULTS` item
+and the numbers are NaN. `fit_order(..., throw=True)` (the default) raises `OrderFitError` (a
+`ValueError`) for it; `throw=False` returns the failed `OrderFit`.
 """
 
 import dataclasses
+import enum
 import math
 
 import numpy as np
@@ -86,6 +95,46 @@ def roundoff_level(dtype_or_eps, solution_scale=1.0, num_steps=1):
 DEFAULT_ROUNDOFF = roundoff_level(np.float64, 1.0, 10)
 
 
+class ORDER_FIT_RESULTS(enum.Enum):
+    """How `fit_order` ended, as `workbench.RESULTS` reports a solve: compare with `is` or `==`
+    (`fit.result is ORDER_FIT_RESULTS.successful`); `.name` is the JSON record, `.value` the
+    generic reason and fix (`OrderFit.message` has the specifics: the data, the counts).
+
+    A host-side `enum.Enum`, not an `equinox.Enumeration`: the fit runs in NumPy on concrete
+    data, never under `jit` or `vmap`.
+    """
+
+    successful = ""
+    too_few_points = "Fewer step sizes than min_points were given: use a longer ladder."
+    nonfinite_errors = "An error is NaN or inf: a run diverged; shrink the largest step."
+    zero_errors = (
+        "asymptotic=False fits log e over all points and an error is exactly 0: drop it, or "
+        "fit with asymptotic=True (zero errors are round-off floor)."
+    )
+    at_floor = (
+        "Fewer than min_points points lie above the round-off (or flat) floor: use larger steps, "
+        "or a finer reference if the floor is flat."
+    )
+    no_asymptotic_window = (
+        "No min_points consecutive points above the floor share one slope within tol: refine "
+        "the ladder or raise tol."
+    )
+
+
+class OrderFitError(ValueError):
+    """`fit_order(..., throw=True)` found no fit from valid data (a `ValueError`, so callers that
+    catch that keep working). `fit` is the failed `OrderFit` (NaN numbers), `result` its
+    `ORDER_FIT_RESULTS` item; the message is `fit.message` and the result's name."""
+
+    def __init__(self, fit: "OrderFit"):
+        super().__init__(
+            f"{fit.message} (result: {fit.result.name}; fit_order(..., throw=False) returns the "
+            "failed OrderFit instead)"
+        )
+        self.fit = fit
+        self.result = fit.result
+
+
 @dataclasses.dataclass(frozen=True)
 class OrderFit:
     """The result of `fit_order`.
@@ -123,6 +172,10 @@ class OrderFit:
       `"all_points"` (`asymptotic=False`).
     - `window_selected`: whether the window was chosen from the data.
     - `candidate_windows`: how many windows the selection chose among (`1` if not selected).
+    - `result`: an `ORDER_FIT_RESULTS` item; `successful` unless no fit was possible (then
+      `order`, `constant`, `stderr` and the interval are NaN, `used` is all `False`, `regime` is
+      `"no_fit"`, and `floor`/`floor_kind` say what was floor when that is known).
+    - `message`: why there is no fit (`""` on success).
     """
 
     order: float
@@ -145,6 +198,13 @@ class OrderFit:
     regime: str = "asymptotic"
     window_selected: bool = False
     candidate_windows: int = 1
+    result: ORDER_FIT_RESULTS = ORDER_FIT_RESULTS.successful
+    message: str = ""
+
+    @property
+    def success(self) -> bool:
+        """Whether there is a fit (`result is ORDER_FIT_RESULTS.successful`)."""
+        return self.result is ORDER_FIT_RESULTS.successful
 
     @property
     def num_used(self) -> int:
@@ -156,7 +216,9 @@ class OrderFit:
 
     def describe(self) -> str:
         """One line for a report, e.g. `"order 4.0 at large steps, reduced to 1.0 at small
-        steps"`."""
+        steps"`, or `"no order fit: <message>"`."""
+        if not self.success:
+            return f"no order fit: {self.message}"
         ci = f"{100 * self.confidence:.0f} % CI [{self.ci_low:.2f}, {self.ci_high:.2f}]"
         text = f"order {self.order:.2f} ({ci}, {self.num_used} points)"
         if self.order_reduction:
@@ -196,6 +258,8 @@ class OrderFit:
             "regime": self.regime,
             "window_selected": self.window_selected,
             "candidate_windows": self.candidate_windows,
+            "result": self.result.name,
+            "message": self.message,
         }
 
 
@@ -211,6 +275,7 @@ def fit_order(
     roundoff_factor: float = 100.0,
     flat: float = 0.3,
     expected: float | None = None,
+    throw: bool = True,
 ) -> OrderFit:
     r"""Fit `e(h) ≈ C h^p` on the asymptotic range of a step-size ladder.
 
@@ -255,11 +320,19 @@ def fit_order(
     the asymptotic range can trigger the last check; `unresolved`, `floor_kind` and `used` show
     what happened.
 
-    **Returns:** an `OrderFit`.
+    - `throw`: what to do when the data admit no fit: raise `OrderFitError` (`True`), or return
+      an `OrderFit` whose `result` says why (`False`; see `ORDER_FIT_RESULTS`).
 
-    **Raises:** `ValueError` for mismatched lengths, fewer than `min_points` points, non-positive
-    or non-finite steps, negative or non-finite errors, bad options, or no run of `min_points`
-    consecutive points above the floor sharing one slope.
+    **Returns:** an `OrderFit`; with `throw=False` check `fit.success` (or `fit.result`) before
+    reading its numbers.
+
+    **Raises:** `ValueError` at once for bad input: mismatched lengths, non-positive, non-finite
+    or repeated steps, negative errors, a `roundoff` of the wrong shape, bad options. With
+    `throw=True`, `OrderFitError` (a `ValueError`) when no fit is possible: fewer than
+    `min_points` points (`too_few_points`), a NaN/inf error (`nonfinite_errors`), a zero error
+    with `asymptotic=False` (`zero_errors`), fewer than `min_points` points above the floor
+    (`at_floor`), or no run of `min_points` consecutive points above the floor sharing one slope
+    (`no_asymptotic_window`).
 
     **Example:** `fit_order([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 6.25e-4]).order == 2.0`.
     """
@@ -279,19 +352,27 @@ def fit_order(
     e = np.asarray(errors, dtype=np.float64).ravel()
     if h.size != e.size:
         raise ValueError(f"fit_order: {h.size} steps but {e.size} errors; pass one error per step.")
-    if h.size < min_points:
-        raise ValueError(
-            f"fit_order: {h.size} point(s) given; an order fit needs at least {min_points} "
-            "step sizes (use a longer ladder)."
-        )
     if not np.all(np.isfinite(h)) or np.any(h <= 0):
         raise ValueError(f"fit_order: steps must be finite and > 0; got {h.tolist()}.")
     if len(np.unique(h)) != h.size:
         raise ValueError(f"fit_order: steps must be distinct; got {h.tolist()}.")
-    if not np.all(np.isfinite(e)) or np.any(e < 0):
+    if np.any(e < 0):
         raise ValueError(
+            f"fit_order: errors must be >= 0 (they are norms of differences); got {e.tolist()}."
+        )
+    # Valid data that admit no fit: reported after every input check (those raise first).
+    failure = None
+    if h.size < min_points:
+        failure = (
+            ORDER_FIT_RESULTS.too_few_points,
+            f"fit_order: {h.size} point(s) given; an order fit needs at least {min_points} "
+            "step sizes (use a longer ladder).",
+        )
+    elif not np.all(np.isfinite(e)):
+        failure = (
+            ORDER_FIT_RESULTS.nonfinite_errors,
             f"fit_order: errors must be finite and >= 0; got {e.tolist()} (a NaN/inf error means "
-            "a run diverged: shrink the largest step)."
+            "a run diverged: shrink the largest step).",
         )
     level = np.asarray(DEFAULT_ROUNDOFF if roundoff is None else roundoff, dtype=np.float64)
     if level.ndim == 0:
@@ -306,6 +387,12 @@ def fit_order(
     order = np.argsort(h)
     h, e, level = h[order], e[order], level[order]
     n = h.size
+
+    def no_fit(result, message, floor=None, floor_kind=None, local=None):
+        return _no_fit(result, message, h, e, confidence, expected, floor, floor_kind, local, throw)
+
+    if failure is not None:
+        return no_fit(*failure)
     positive = e > 0
     with np.errstate(divide="ignore", invalid="ignore"):
         logh, loge = np.log(h), np.where(positive, np.log(np.where(positive, e, 1.0)), -np.inf)
@@ -318,17 +405,27 @@ def fit_order(
         by_level = ~positive | (e <= level * roundoff_factor)
         lo = _extend(e, _floor_tail(logh, loge, by_level, flat, min_points), min_points)
         while True:
+            floor = float(e[:lo].max()) if lo > 0 else None
+            floor_kind = None if floor is None else "roundoff" if by_level[:lo].any() else "flat"
             if n - lo < min_points:
-                raise ValueError(
+                return no_fit(
+                    ORDER_FIT_RESULTS.at_floor,
                     f"fit_order: only {n - lo} point(s) lie above the round-off floor "
-                    f"(errors {e.tolist()}); an order fit needs {min_points}: use larger steps."
+                    f"(errors {e.tolist()}); an order fit needs {min_points}: use larger steps.",
+                    floor,
+                    floor_kind,
+                    local,
                 )
             a, hi = _window(local, positive, lo, min_points, tol)
             if hi - a < min_points:
-                raise ValueError(
+                return no_fit(
+                    ORDER_FIT_RESULTS.no_asymptotic_window,
                     f"fit_order: no {min_points} consecutive points share one slope within "
                     f"±{tol} (local orders {np.round(local, 3).tolist()}); refine the ladder or "
-                    "raise tol."
+                    "raise tol.",
+                    floor,
+                    floor_kind,
+                    local,
                 )
             # A flat stretch (order < `flat`) at the small end is floor too: the points below
             # the window when, with the window's first point, they do not decrease; the window
@@ -343,16 +440,17 @@ def fit_order(
                 lo = _extend(e, hi + above[-1] + 1, min_points)
             else:
                 break
-        floor = float(e[:lo].max()) if lo > 0 else None
-        if floor is not None:
-            floor_kind = "roundoff" if by_level[:lo].any() else "flat"
         unresolved = a - lo
         m = min_points
         fields["window_selected"] = True
         fields["candidate_windows"] = (n - m + 1) * (n - m + 2) // 2
     else:
         if not positive.all():
-            raise ValueError("fit_order: asymptotic=False needs all errors > 0.")
+            return no_fit(
+                ORDER_FIT_RESULTS.zero_errors,
+                f"fit_order: asymptotic=False needs all errors > 0; got {e.tolist()}.",
+                local=local,
+            )
         a, hi = 0, n
     used = np.zeros(n, dtype=bool)
     used[a:hi] = True
@@ -418,6 +516,34 @@ def fit_order(
         floor_kind=floor_kind,
         **fields,
     )
+
+
+def _no_fit(result, message, h, e, confidence, expected, floor, floor_kind, local, throw):
+    """The failed `OrderFit` of `fit_order` (NaN numbers, no point used); raised as
+    `OrderFitError` when `throw`."""
+    nan = float("nan")
+    fit = OrderFit(
+        order=nan,
+        constant=nan,
+        stderr=nan,
+        ci_low=nan,
+        ci_high=nan,
+        confidence=confidence,
+        steps=h,
+        errors=e,
+        used=np.zeros(h.size, dtype=bool),
+        local_orders=np.full(max(h.size - 1, 0), nan) if local is None else local,
+        floor=floor,
+        pre_asymptotic=0,
+        expected=None if expected is None else float(expected),
+        floor_kind=floor_kind,
+        regime="no_fit",
+        result=result,
+        message=message,
+    )
+    if throw:
+        raise OrderFitError(fit)
+    return fit
 
 
 def _line(x: np.ndarray, y: np.ndarray):

@@ -17,35 +17,34 @@ import pathlib
 
 import diffrax
 
-from .. import schemes as _schemes
+from .._table import Table
 from ..io import atomic_write_json
-from ..solvers._rk4 import ClassicalRK4
+from ..schemes._splitting import SPLITTING_SCHEMES
+from ..solvers._table import ODE_SOLVERS
 
-# name -> (constructor, declared order, family). One home for the CLI names of methods.
-METHODS: dict[str, tuple] = {
-    "euler": (diffrax.Euler, 1, "diffrax"),
-    "heun": (diffrax.Heun, 2, "diffrax"),
-    "midpoint": (diffrax.Midpoint, 2, "diffrax"),
-    "ralston": (diffrax.Ralston, 2, "diffrax"),
-    "bosh3": (diffrax.Bosh3, 3, "diffrax"),
-    "rk4": (ClassicalRK4, 4, "diffrax"),
-    "tsit5": (diffrax.Tsit5, 5, "diffrax"),
-    "dopri5": (diffrax.Dopri5, 5, "diffrax"),
-    "dopri8": (diffrax.Dopri8, 8, "diffrax"),
-    "lie": (_schemes.LieTrotter, 1, "splitting"),
-    "strang": (_schemes.Strang, 2, "splitting"),
-    "yoshida4": (_schemes.Yoshida4, 4, "splitting"),
-    "suzuki4": (_schemes.Suzuki4, 4, "splitting"),
-}
+_ODE = diffrax.ODETerm(lambda t, y, args: y)
+
+METHODS: Table[tuple] = Table(
+    "method",
+    "method (ODE solver or splitting scheme)",
+    {
+        **{n: (type(m), m.order(_ODE), "diffrax") for n, m in ODE_SOLVERS.items()},
+        **{n: (type(m), m.order(), "splitting") for n, m in SPLITTING_SCHEMES.items()},
+    },
+)
+"""name -> (constructor, declared order, family): a view of the registry's ODE solvers
+(family `"diffrax"`) and splitting schemes (`"splitting"`), whose names are disjoint; the orders
+are the objects' own `order()`."""
 
 SCHEMA = "workbench.discretization-plan/1"
 
 
 def method_from_name(name: str):
-    """The method object for a CLI name (see `METHODS`)."""
-    if name not in METHODS:
-        raise ValueError(f"method {name!r} is not known; valid: {', '.join(METHODS)}.")
-    return METHODS[name][0]()
+    """The method object for a CLI name (see `METHODS`).
+
+    **Raises:** `ValueError` naming the valid names.
+    """
+    return METHODS.lookup(name, field="method")[0]()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,13 +22,12 @@ from typing import ClassVar
 import equinox as eqx
 import numpy as np
 
+from .._checks import int_in_range
+from .._table import Table
+
 
 def _check_num_nodes(num, field: str) -> int:
-    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 2:
-        raise ValueError(
-            f"{field}={num!r}: a quadrature grid needs an integer number of nodes >= 2."
-        )
-    return int(num)
+    return int_in_range(field, num, 2, hint="the number of nodes of a quadrature grid")
 
 
 class AbstractQuadratureRule(eqx.Module):
@@ -108,10 +107,12 @@ class GaussLegendreRule(AbstractQuadratureRule):
         return 1.0 / _check_num_nodes(num, "num")
 
 
-QUADRATURE_RULES: dict[str, AbstractQuadratureRule] = {
-    r.name: r for r in (MidpointRule(), TrapezoidRule(), GaussLegendreRule())
-}
-"""Name -> rule, for the command line."""
+QUADRATURE_RULES: Table[AbstractQuadratureRule] = Table(
+    "quadrature_rule",
+    "quadrature rule",
+    {r.name: r for r in (MidpointRule(), TrapezoidRule(), GaussLegendreRule())},
+)
+"""Name -> rule, for the command line (`workbench.registry.QUADRATURE_RULES`)."""
 
 
 def quadrature_rule(name: str, *, field: str = "rule") -> AbstractQuadratureRule:
@@ -119,13 +120,7 @@ def quadrature_rule(name: str, *, field: str = "rule") -> AbstractQuadratureRule
 
     **Raises:** `ValueError` naming `field`, the value and the valid rules.
     """
-    try:
-        return QUADRATURE_RULES[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"{field}={name!r} is not a known quadrature rule; valid rules: "
-            f"{', '.join(QUADRATURE_RULES)}."
-        ) from None
+    return QUADRATURE_RULES.lookup(name, field=field)
 
 
 class Grid(eqx.Module):

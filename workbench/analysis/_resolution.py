@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import int_in_range
 from ._quadrature import AbstractQuadratureRule, Grid
 
 __all__ = [
@@ -234,8 +235,7 @@ class ContinuousTransformer(eqx.Module):
         norm: bool = True,
     ) -> ContinuousTransformer:
         """`num_layers` random layers (`ContinuousLayer.random`)."""
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"num_layers={num_layers!r} must be an integer >= 1.")
+        int_in_range("num_layers", num_layers, 1, numpy_ints=False)
         keys = jax.random.split(key, num_layers)
         layers = tuple(
             ContinuousLayer.random(

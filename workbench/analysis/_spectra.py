@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import is_int, positive_int
 from .._equation import Equation
 
 
@@ -96,8 +97,7 @@ def arnoldi_eigenvalues(
     **Returns:** complex NumPy array, decreasing modulus.
     """
     for name, value in (("num_eigenvalues", num_eigenvalues), ("krylov_dim", krylov_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer.")
+        positive_int(name, value, numpy_ints=False)
     if num_eigenvalues > krylov_dim:
         raise ValueError(
             f"num_eigenvalues={num_eigenvalues} exceeds krylov_dim={krylov_dim}; raise krylov_dim."
@@ -150,8 +150,7 @@ def lipschitz_estimate(
 
     **Returns:** `σ_max` (float).
     """
-    if isinstance(num_iter, bool) or not isinstance(num_iter, int) or num_iter < 1:
-        raise ValueError(f"num_iter={num_iter!r} must be a positive integer.")
+    positive_int("num_iter", num_iter, numpy_ints=False)
     u = jnp.asarray(u)
 
     def apply(v):
@@ -205,7 +204,7 @@ def lyapunov_exponents(maps: Sequence[Callable], u0, *, num_exponents: int | Non
     u = jnp.asarray(u0)
     n = u.size
     k = n if num_exponents is None else num_exponents
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+    if not (is_int(k, numpy_ints=False) and 1 <= k <= n):
         raise ValueError(f"num_exponents={num_exponents!r} must be an integer in [1, {n}].")
     key = jax.random.key(0) if key is None else key
     q, _ = jnp.linalg.qr(jax.random.normal(key, (n, k), u.dtype))

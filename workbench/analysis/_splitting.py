@@ -36,11 +36,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import int_in_range, is_int, positive_int
 from .._equation import Equation, PostNorm
 from .._integrate import check_tokens
 from .._step import step
+from .._table import Table
 from .._types import KeyMask, Tokens
-from ..schemes._runge_kutta import RK4, AbstractExplicitRK, Euler, Heun, Midpoint
+from ..schemes._runge_kutta import RK4, UNSPLIT_RK, AbstractExplicitRK
 from ..schemes._splitting import AbstractSplittingScheme
 
 __all__ = [
@@ -55,14 +57,13 @@ __all__ = [
 Method = AbstractSplittingScheme | AbstractExplicitRK
 
 # name -> (constructor, declared order, family), in the shape of `METHODS`.
-UNSPLIT_METHODS: dict[str, tuple] = {
-    "unsplit-euler": (Euler, 1, "unsplit"),
-    "unsplit-heun": (Heun, 2, "unsplit"),
-    "unsplit-midpoint": (Midpoint, 2, "unsplit"),
-    "unsplit-rk4": (RK4, 4, "unsplit"),
-}
+UNSPLIT_METHODS: Table[tuple] = Table(
+    "unsplit_method",
+    "unsplit method",
+    {n: (type(m), m.order(), "unsplit") for n, m in UNSPLIT_RK.items()},
+)
 """The explicit Runge–Kutta tableaux of `workbench.schemes` applied to the whole (unsplit) field,
-by name: `"unsplit-rk4"` is `workbench.schemes.RK4()`.
+by name: `"unsplit-rk4"` is `workbench.schemes.RK4()` (a view of `workbench.registry.UNSPLIT_RK`).
 
 They are not the diffrax solvers of `METHODS` (there `"rk4"` is the diffrax `ClassicalRK4`, with
 the same Butcher tableau): the analysis functions that step a method themselves —
@@ -77,12 +78,7 @@ def unsplit_method(name: str) -> AbstractExplicitRK:
 
     **Raises:** `ValueError` naming the valid names.
     """
-    try:
-        return UNSPLIT_METHODS[name][0]()
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"unsplit method {name!r} is not known; valid: {', '.join(UNSPLIT_METHODS)}."
-        ) from None
+    return UNSPLIT_RK.lookup(name, field="method")
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,23 +134,12 @@ def _check_method(method, name: str = "method") -> None:
 
 
 def _check_positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        shown = value.item() if isinstance(value, np.generic) else value
-        raise ValueError(f"{name}={shown!r} must be a positive integer.")
-    return int(value)
+    return positive_int(name, value)
 
 
 def _check_layer(equation: Equation, layer) -> int:
-    if (
-        isinstance(layer, bool)
-        or not isinstance(layer, (int, np.integer))
-        or not 0 <= layer < equation.num_pieces
-    ):
-        raise ValueError(
-            f"layer={layer!r} must be an integer in [0, {equation.num_pieces}) (the equation has "
-            f"{equation.num_pieces} layers)."
-        )
-    return int(layer)
+    n = equation.num_pieces
+    return int_in_range("layer", layer, 0, n, hint=f"the equation has {n} layers")
 
 
 def _check_subflow_solver(solver) -> None:
@@ -220,7 +205,7 @@ def vector_field_commutator(
     """
     m = len(equation.operators)
     for name, k in (("first", first), ("second", second)):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < m:
+        if not (is_int(k) and 0 <= k < m):
             raise ValueError(f"{name}={k!r} must be an operator index in [0, {m}).")
     if first == second:
         raise ValueError(

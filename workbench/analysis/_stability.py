@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.polynomial import polynomial as P
 
+from .._checks import positive_float, positive_int
 from ..schemes._runge_kutta import AbstractExplicitRK, ButcherTableau
 from ..schemes._splitting import AbstractSplittingScheme
 
@@ -243,10 +244,10 @@ def _as_matrices(jacobians) -> list[np.ndarray]:
 
 
 def _check_positive(name: str, value, integer: bool = False) -> None:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
-        what = "a positive integer" if integer else "a positive number"
-        raise ValueError(f"{name}={value!r} must be {what}.")
+    if integer:
+        positive_int(name, value, numpy_ints=False)
+    else:
+        positive_float(name, value, finite=False)
 
 
 def _first_failure(stable, tau_max: float, num_scan: int, rtol: float, batched: bool = False):

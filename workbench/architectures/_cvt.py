@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._checks import is_number, positive_int
 from .._controls import stack
 from .._equation import PreNorm
 from ..terms._activations import gelu
@@ -166,9 +167,7 @@ def _stage_lists(cfg: dict, arch: str) -> tuple[int, dict]:
 
 
 def _nonneg_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name}={value!r} must be a nonnegative integer.")
-    return int(value)
+    return positive_int(name, value, allow_zero=True)
 
 
 def cvt_from_hf(state_dict: Mapping, config, *, image_size=(224, 224), dtype=None) -> CvT:
@@ -227,7 +226,7 @@ def cvt_from_hf(state_dict: Mapping, config, *, image_size=(224, 224), dtype=Non
         _heads_divide(d, _positive_int(st["num_heads"][s], f"num_heads[{s}]"), f"num_heads[{s}]")
         _positive_int(st["depth"][s], f"depth[{s}]")
         r = st["mlp_ratio"][s]
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or int(d * r) < 1:
+        if not is_number(r) or int(d * r) < 1:
             raise ValueError(
                 f"mlp_ratio[{s}]={r!r} must be a positive number (hidden width d·ratio)."
             )

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import is_number, positive_int
 from .._controls import stack
 from .._equation import PostNorm, PreNorm
 from ..terms._activations import activation_from_name
@@ -30,9 +31,7 @@ from ._state_dict import as_numpy_state_dict, check_state_dict, check_weights, c
 
 
 def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer.")
-    return int(value)
+    return positive_int(name, value)
 
 
 def _heads_divide(d: int, num_heads: int, name: str = "num_heads") -> None:
@@ -49,7 +48,7 @@ def _eps(value, name: str) -> float:
     if isinstance(v, (np.ndarray, np.generic, jax.Array)) and not isinstance(v, jax.core.Tracer):
         if np.ndim(v) == 0:
             v = np.asarray(v).item()
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+    ok = is_number(v) and math.isfinite(v) and v >= 0
     if not ok:
         raise ValueError(f"{name}={value!r} must be a nonnegative number (finite, e.g. 1e-5).")
     return float(v)

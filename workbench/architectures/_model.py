@@ -4,9 +4,9 @@ import warnings
 
 import equinox as eqx
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .._checks import positive_int
 from .._controls import Constant, PiecewiseConstant
 from .._equation import AbstractPlacement, Equation, Operator, PostNorm
 from .._integrate import check_dtype, check_tokens, integrate
@@ -71,9 +71,7 @@ class Transformer(eqx.Module):
     steps_per_layer: int = eqx.field(static=True, default=1)
 
     def __check_init__(self):
-        s = self.steps_per_layer
-        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
-            raise ValueError(f"steps_per_layer={s!r} must be a positive integer.")
+        positive_int("steps_per_layer", self.steps_per_layer)
         scheme = self.scheme
         if not isinstance(scheme, AbstractSplittingScheme):
             if isinstance(scheme, str):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._checks import is_int
 from .._controls import stack
 from .._equation import PreNorm
 from .._types import Tokens
@@ -37,7 +38,7 @@ from ._state_dict import as_numpy_state_dict, check_state_dict, check_weights, c
 
 def _pair(value, name: str) -> tuple[int, int]:
     """An int or a pair of ints (Hugging Face's `image_size`, `patch_size`) as `(rows, cols)`."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if is_int(value):
         value = (value, value)
     if not (isinstance(value, (list, tuple)) and len(value) == 2):
         raise ValueError(f"{name}={value!r} must be an integer or a pair of integers (rows, cols).")

@@ -117,10 +117,8 @@ def certify(
             )  # fmt: skip
             plan_error = max(plan_error, float(check.errors[0]))
     h = equation.piece_length / np.asarray(steps, float)
-    try:
-        fit = fit_order(h, errors, expected=transformer.expected_order)
-    except ValueError:
-        fit = None
+    fit = fit_order(h, errors, expected=transformer.expected_order, throw=False)
+    fit = fit if fit.success else None
     # Spectra at the start of every layer along the first example's trajectory.
     u = jax.numpy.asarray(states[0])
     sol = transformer.solve(u, save_steps=True)

@@ -43,6 +43,7 @@ import warnings
 import equinox as eqx
 import numpy as np
 
+from .._checks import int_in_range
 from ..io import atomic_open, atomic_write_json
 
 __all__ = [
@@ -243,8 +244,7 @@ class CheckpointManager:
     """
 
     def __init__(self, folder, *, fingerprint: dict, keep: int = 3):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 2:
-            raise ValueError(f"keep={keep!r} must be an integer >= 2.")
+        int_in_range("keep", keep, 2, numpy_ints=False)
         self.folder = pathlib.Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.fingerprint = json.loads(json.dumps(fingerprint))

@@ -7,6 +7,8 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._checks import positive_int
+
 __all__ = ["Dataset", "batch_indices", "check_data"]
 
 
@@ -145,12 +147,7 @@ def check_data(
 
 
 def check_batch_size(batch_size, num_examples: int, name: str = "batch_size") -> int:
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, (int, np.integer))
-        or batch_size < 1
-    ):
-        raise ValueError(f"{name}={batch_size!r} must be a positive integer.")
+    positive_int(name, batch_size)
     if batch_size > num_examples:
         raise ValueError(
             f"{name}={batch_size} is larger than the training data ({num_examples} examples); "

@@ -11,9 +11,9 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._checks import int_in_range, is_int
 from .._controls import AbstractControl, Interpolated, PiecewiseConstant
 from .._equation import Equation, Operator, PostNorm, PreNorm
 from .._types import Tokens
@@ -41,9 +41,7 @@ __all__ = [
 
 
 def _check_int(name: str, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name}={value!r} must be an integer >= {low}.")
-    return int(value)
+    return int_in_range(name, value, low)
 
 
 def _normal(key, shape, scale, dtype):
@@ -380,7 +378,7 @@ def extend_depth(model, num_layers: int):
     layer's controls held on `[T, T']` (`T' = num_layers · h`). The trained layers are kept as
     they are; with the same scheme and steps the extended model's state at `T` is the
     original's output. Accepts a `ControlledModel` or a `Transformer`."""
-    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)):
+    if not is_int(num_layers):
         raise ValueError(f"num_layers={num_layers!r} must be an integer.")
 
     def fn(c):

@@ -14,9 +14,9 @@ import abc
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
+from .._checks import positive_float
 from .._controls import AbstractControl
 
 __all__ = [
@@ -31,9 +31,7 @@ __all__ = [
 
 
 def _check_weight(owner: str, weight) -> None:
-    ok = not isinstance(weight, bool) and isinstance(weight, (int, float)) and weight >= 0
-    if not ok or not np.isfinite(weight):
-        raise ValueError(f"{owner}.weight={weight!r} must be a finite number >= 0.")
+    positive_float(f"{owner}.weight", weight, allow_zero=True)
 
 
 class AbstractTerminalLoss(eqx.Module):

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import int_in_range
 from ._data import Dataset
 
 __all__ = ["Task", "digits", "random_shift", "sorting"]
@@ -95,8 +96,7 @@ def sorting(
         ("num_train", num_train, 1),
         ("num_test", num_test, 1),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} must be an integer >= {low}.")
+        int_in_range(name, value, low, numpy_ints=False)
     rng = np.random.default_rng(seed)
     total = num_train + num_test
     raw = rng.integers(0, vocab, size=(4 * total, length))

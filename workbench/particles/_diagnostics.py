@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from .._checks import positive_int
 from .._types import Tokens
 
 __all__ = [
@@ -134,9 +135,7 @@ def inner_product_histogram(
     `(counts, edges)`: integer counts of shape `(bins,)` and the `bins + 1` edges.
     """
     _check_config(x)
-    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
-        raise ValueError(f"bins={bins!r} must be a positive integer (the number of equal bins).")
-    bins = int(bins)
+    bins = positive_int("bins", bins, hint="the number of equal bins")
     v = pair_inner_products(x)
     idx = jnp.clip(jnp.floor((v + 1.0) * (bins / 2.0)).astype(jnp.int32), 0, bins - 1)
     # Each unordered pair i < j stands for the two ordered pairs (i, j) and (j, i).

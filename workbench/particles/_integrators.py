@@ -14,6 +14,7 @@ import diffrax
 import equinox as eqx
 import jax.numpy as jnp
 
+from .._table import Table
 from .._types import Tokens
 from ..schemes._runge_kutta import RK4, AbstractExplicitRK, Euler, Heun
 from ..terms._projections import SphereProjection
@@ -136,11 +137,16 @@ class DiffraxProjected(AbstractSphereIntegrator):
         return order
 
 
-INTEGRATORS: dict[str, AbstractSphereIntegrator] = {
-    "euler": ProjectedEuler(),
-    "rk2": ProjectedRK2(),
-    "rk4": ProjectedRK4(),
-    "geodesic-euler": GeodesicEuler(),
-}
+INTEGRATORS: Table[AbstractSphereIntegrator] = Table(
+    "sphere_integrator",
+    "sphere integrator",
+    {
+        "euler": ProjectedEuler(),
+        "rk2": ProjectedRK2(),
+        "rk4": ProjectedRK4(),
+        "geodesic-euler": GeodesicEuler(),
+    },
+)
 """The sphere integrators by the names studies and the command line use (`"euler"` is the
-authors' "Euler step, then renormalize"; `"rk4"` is `ProjectedRK4`)."""
+authors' "Euler step, then renormalize"; `"rk4"` is `ProjectedRK4`, not the diffrax solver of
+`workbench.registry.ODE_SOLVERS`). The same table is `workbench.registry.SPHERE_INTEGRATORS`."""

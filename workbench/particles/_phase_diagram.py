@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._checks import int_in_range
 from .._sharding import CellMesh
 from .._types import Tokens
 from ._chunking import _default_chunk_size, chunked_map
@@ -38,7 +39,6 @@ from ._sweep_checks import (
     _check_optional_count,
     _check_scalar,
     _check_starts,
-    _is_count,
     _rebuilt,
     _single_dynamics,
     _sweep_dynamics,
@@ -52,8 +52,7 @@ def random_starts(key, num_starts: int, n: int, d: int, dtype=None) -> Float[Arr
     """`num_starts` configurations of `n` i.i.d. uniform points on `S^{d−1}`, shape `(S, n, d)`
     (normalized Gaussians; `dtype` defaults to JAX's default float)."""
     for name, value, low in (("num_starts", num_starts, 1), ("n", n, 2), ("d", d, 2)):
-        if not _is_count(value, low):
-            raise ValueError(f"random_starts: {name}={value!r} must be an integer >= {low}.")
+        int_in_range(name, value, low, owner="random_starts")
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64 if dtype is None else dtype)
     x = jax.random.normal(key, (num_starts, n, d), dtype=dtype)
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._checks import positive_int
 from .._types import Tokens
 from ._dynamics import AbstractDynamics
 from ._integrators import AbstractSphereIntegrator, ProjectedEuler
@@ -63,9 +64,7 @@ def _check_on_sphere(x0):
 
 
 def _check_num_steps(num_steps) -> int:
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 0:
-        raise ValueError(f"simulate: num_steps={num_steps!r} must be a non-negative integer.")
-    return int(num_steps)
+    return positive_int("num_steps", num_steps, owner="simulate", allow_zero=True)
 
 
 def _grid_index(t: float, dt: float, what: str) -> int:

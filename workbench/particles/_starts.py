@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from .._checks import int_in_range
+
 __all__ = ["half_time", "uniform_sphere"]
 
 
@@ -24,8 +26,7 @@ def uniform_sphere(rng: np.random.Generator, num: int, n: int, d: int) -> np.nda
     **Returns:** a float64 array of shape `(num, n, d)` whose rows have unit norm.
     """
     for name, value in (("num", num), ("n", n), ("d", d)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"uniform_sphere: {name}={value!r} must be an integer >= 1.")
+        int_in_range(name, value, 1, owner="uniform_sphere")
     if not isinstance(rng, np.random.Generator):
         raise ValueError(
             f"uniform_sphere: rng must be a numpy.random.Generator (np.random.default_rng(seed)), "

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import positive_int
 from ._dynamics import _MATRIX_NAMES, SA, USA
 from ._integrators import AbstractSphereIntegrator
 from ._simulate import _sphere_tolerance
@@ -175,15 +176,9 @@ def _check_starts(owner: str, starts, *, batched: bool):
     return x
 
 
-def _is_count(value, low: int) -> bool:
-    """Whether `value` is a Python or NumPy integer (not a bool) `>= low`."""
-    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= low
-
-
 def _check_optional_count(owner: str, name: str, value) -> None:
     """`None` or a positive integer (`chunk_size`, `in_flight`)."""
-    if value is not None and not _is_count(value, 1):
-        raise ValueError(f"{owner}: {name}={value!r} must be a positive integer (or None).")
+    positive_int(name, value, owner=owner, allow_none=True)
 
 
 def _check_betas(owner: str, betas, name: str = "betas") -> np.ndarray:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._checks import positive_int
 from .._types import Tokens
 from ._dynamics import _MATRIX_NAMES, SA, USA
 
@@ -214,8 +215,7 @@ def gamma_beta(
     tol = _default_tol(ts.dtype)
     rtol = float(tol if rtol is None else rtol)
     atol = float(tol if atol is None else atol)
-    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
-        raise ValueError(f"max_steps={max_steps!r} must be a positive integer.")
+    positive_int("max_steps", max_steps)
     beta = jnp.asarray(beta, dtype=ts.dtype)
     n = jnp.asarray(n, dtype=ts.dtype)
     # Pad the output times to a power of two by repeating the last (saving at a repeated time

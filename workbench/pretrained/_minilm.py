@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import positive_int
 from ..architectures._loaders import bert_from_hf
 from ..architectures._model import BERT
 
@@ -88,8 +89,7 @@ class SentenceEncoder:
 
     def encode(self, texts: list[str], *, batch_size: int = 32) -> np.ndarray:
         """Unit-length sentence embeddings `(B, d)` (float32 by default), in batches."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size={batch_size!r} must be a positive integer.")
+        positive_int("batch_size", batch_size, numpy_ints=False)
         if isinstance(texts, str):
             raise ValueError("texts must be a list of strings (wrap a single text in a list).")
         out = []

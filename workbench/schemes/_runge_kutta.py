@@ -6,6 +6,8 @@ from typing import ClassVar
 import equinox as eqx
 import numpy as np
 
+from .._table import Table
+
 
 @dataclasses.dataclass(frozen=True)
 class ButcherTableau:
@@ -141,3 +143,19 @@ class RK4(AbstractExplicitRK):
         b=(1 / 6, 1 / 3, 1 / 3, 1 / 6),
         order=4,
     )
+
+
+UNSPLIT_RK: Table[AbstractExplicitRK] = Table(
+    "unsplit_method",
+    "unsplit method",
+    {
+        "unsplit-euler": Euler(),
+        "unsplit-heun": Heun(),
+        "unsplit-midpoint": Midpoint(),
+        "unsplit-rk4": RK4(),
+    },
+)
+"""These tableaux applied to the whole (unsplit) field, by name (`workbench.registry.UNSPLIT_RK`).
+The `unsplit-` prefix keeps them apart from the diffrax solvers of the same tableaux
+(`workbench.registry.ODE_SOLVERS`, where `"rk4"` is `ClassicalRK4`), and lets one option list
+hold them next to the splitting schemes (the splitting-error study's `schemes`)."""

@@ -5,6 +5,7 @@ import abc
 import equinox as eqx
 import numpy as np
 
+from .._table import Table
 from ._runge_kutta import RK4, AbstractExplicitRK, Euler, Midpoint
 
 Stages = tuple[tuple[int, float], ...]
@@ -137,3 +138,12 @@ class Suzuki4(AbstractComposition):
     def weights(self) -> tuple[float, ...]:
         p = 1.0 / (4.0 - 4.0 ** (1.0 / 3.0))
         return (p, p, 1.0 - 4.0 * p, p, p)
+
+
+SPLITTING_SCHEMES: Table[AbstractSplittingScheme] = Table(
+    "splitting_scheme",
+    "splitting scheme",
+    {"lie": LieTrotter(), "strang": Strang(), "yoshida4": Yoshida4(), "suzuki4": Suzuki4()},
+)
+"""The splitting schemes by the names the command line uses, each with its default inner
+method (`workbench.registry.SPLITTING_SCHEMES`)."""

@@ -6,6 +6,7 @@ from ._activations import (
     gelu as gelu,
     gelu_tanh as gelu_tanh,
     relu as relu,
+    tanh as tanh,
 )
 from ._attention import MultiHeadAttention as MultiHeadAttention
 from ._base import AbstractProjection as AbstractProjection, AbstractTerm as AbstractTerm

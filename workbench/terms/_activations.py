@@ -3,6 +3,8 @@
 import jax
 import jax.numpy as jnp
 
+from .._table import Table
+
 
 def relu(x):
     """`max(x, 0)`: the projection onto the nonnegative orthant S2 (docs/equations.md)."""
@@ -19,30 +21,37 @@ def gelu_tanh(x):
     return jax.nn.gelu(x, approximate=True)
 
 
-ACTIVATIONS = {
-    "relu": relu,
-    "gelu": gelu,
-    "gelu_tanh": gelu_tanh,
-    "gelu_new": gelu_tanh,
-    "gelu_pytorch_tanh": gelu_tanh,
-}
+def tanh(x):
+    """`tanh(x)`: smooth and bounded (Hugging Face `"tanh"`)."""
+    return jnp.tanh(x)
+
+
+ACTIVATIONS: Table = Table(
+    "activation",
+    "activation",
+    {
+        "gelu": gelu,
+        "gelu_new": gelu_tanh,
+        "gelu_pytorch_tanh": gelu_tanh,
+        "gelu_tanh": gelu_tanh,
+        "relu": relu,
+        "tanh": tanh,
+    },
+)
+"""The activations by name, in alphabetical order (`workbench.registry.ACTIVATIONS`):
+`"gelu"` is the exact GELU; `"gelu_new"` and `"gelu_pytorch_tanh"` are the Hugging Face names of
+the tanh GELU (`"gelu_tanh"`)."""
 
 
 def activation_from_name(name: str, *, field: str = "activation"):
     """Map a user-facing activation name to its function, or raise naming the valid choices."""
-    try:
-        return ACTIVATIONS[name]
-    except (KeyError, TypeError):
-        choices = ", ".join(sorted(ACTIVATIONS))
-        raise ValueError(
-            f"{field}={name!r} is not a known activation; valid choices: {choices}."
-        ) from None
+    return ACTIVATIONS.lookup(name, field=field)
 
 
 def activation_name(fn) -> str:
     """The Hugging Face name of a known activation function (the inverse of
-    `activation_from_name`): `"relu"`, `"gelu"` or `"gelu_new"`."""
-    names = {relu: "relu", gelu: "gelu", gelu_tanh: "gelu_new"}
+    `activation_from_name`): `"relu"`, `"gelu"`, `"gelu_new"` or `"tanh"`."""
+    names = {relu: "relu", gelu: "gelu", gelu_tanh: "gelu_new", tanh: "tanh"}
     if fn not in names:
         raise ValueError(
             f"activation {fn!r} has no Hugging Face name; known: {sorted(names.values())}."

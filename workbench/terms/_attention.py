@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._checks import positive_int
 from .._types import KeyMask, Tokens
 from ._base import AbstractTerm
 from ._mask import check_mask
@@ -67,8 +68,7 @@ class MultiHeadAttention(AbstractTerm):
         self.query, self.key, self.value, self.output = query, key, value, output
         self.query_bias, self.key_bias = query_bias, key_bias
         self.value_bias, self.output_bias = value_bias, output_bias
-        if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads < 1:
-            raise ValueError(f"num_heads={num_heads!r} must be a positive integer.")
+        positive_int("num_heads", num_heads, numpy_ints=False)
         self.num_heads = num_heads
         d_qk = query.shape[-1]
         if d_qk % num_heads != 0:
