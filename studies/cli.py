@@ -66,10 +66,16 @@ def entry() -> None:
     """The `workbench` console command: `main()`, then exit with its code. An interrupted run
     leaves the process at once (`os._exit`, after flushing the output): XLA's threads may still
     be running the interrupted computation, and tearing the interpreter down under them can
-    crash it (a segmentation fault instead of the exit code 130)."""
+    crash it (a segmentation fault instead of the exit code 130). A closed output pipe (`| head`)
+    ends it quietly, exit code 1, as other command-line tools do."""
     import os
 
-    code = main()
+    try:
+        code = main()
+    except BrokenPipeError:  # the reader went away (`workbench list | head -1`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush does not fail again
+        raise SystemExit(1) from None
     if code == _EXIT_INTERRUPTED:
         sys.stdout.flush()
         sys.stderr.flush()

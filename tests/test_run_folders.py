@@ -437,3 +437,17 @@ def test_a_tour_rerun_keeps_its_complete_studies_and_refuses_another_config(regi
         "RunFolderError" in json.loads((out / "tour.json").read_text())["studies"]["tri"]["error"]
     )
     assert not (out / "tri" / "traceback.txt").exists()
+
+
+def test_a_closed_output_pipe_ends_the_command_quietly():
+    """`workbench run <study> --help | head -1`: no BrokenPipeError traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "studies", "run", "depth-refinement", "--help"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+    )  # fmt: skip
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away after one line, as `head -1` does
+    err = proc.stderr.read()
+    proc.wait(timeout=120)
+    assert first.startswith("usage: workbench run depth-refinement")
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
