@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._checks import positive_int
 from .._progress import progress_bar
 from .._sharding import to_host
 from ..io import atomic_write_json, atomic_write_text
@@ -361,9 +362,7 @@ def standard_callbacks(
 
 def _positive(name: str, value: Any) -> int:
     """`value` as an int when it is a positive Python or NumPy integer (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer.")
-    return int(value)
+    return positive_int(name, value)
 
 
 @eqx.filter_jit
