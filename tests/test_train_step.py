@@ -171,3 +171,78 @@ def test_divergence_as_a_value_keeps_the_last_good_model(getkey, rng):
                                 atol=1e-14)  # fmt: skip
     ok = wbc.train(_step(), model, tiny_data(rng, n=24), steps=2, batch_size=2, progress=False)
     assert ok.result is wbc.Outcome.successful and ok.message == ""
+
+
+def test_multi_resolution_solves_each_batch_at_the_drawn_step_count(getkey, rng):
+    """`MultiResolution((1, 2, 4))`: step s is, parameter for parameter (1e-12), the plain step
+    of the model solved with the k drawn from the step's key, the direction mapped back onto
+    the model, which keeps its own discretization (one step per layer); the draws follow the
+    probabilities."""
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+    ks, probabilities = (1, 2, 4), (0.5, 0.25, 0.25)
+    multi = wbc.MultiResolution(ks, probabilities)
+    step = _step(discretization=multi)
+    state = step.init(model, key=jax.random.key(5))
+    run = eqx.filter_jit(step)
+    drawn = []
+    for s in range(6):
+        idx = wbc.batch_indices(5, s, len(data), BATCH)
+        batch = (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx]))
+        key = jax.random.fold_in(jax.random.fold_in(state.key, s), 1)
+        k = ks[int(multi.index(key, jnp.asarray(s)))]
+        drawn.append(k)
+        # The same update by hand: the model (and the optimizer's model-shaped moments) at k
+        # steps per layer, the plain step.
+        fine = wbc.with_discretization((state.model, state.opt_state), None, k)
+        by_hand, _ = _step()(wbc.TrainState(*fine, state.step, state.key), batch)
+        state, info = run(state, batch)
+        assert state.model.transformer.steps_per_layer == 1
+        chex.assert_trees_all_close(
+            eqx.filter(state.model, eqx.is_inexact_array),
+            eqx.filter(wbc.with_discretization(by_hand.model, None, 1), eqx.is_inexact_array),
+            rtol=1e-10, atol=1e-12,  # two programs (a switch and a plain step): round-off
+        )  # fmt: skip
+    assert len(set(drawn)) > 1, drawn  # six steps drew more than one step count
+    # The draws: frequencies within 4 standard deviations of the probabilities.
+    keys = jax.random.split(jax.random.key(0), 4000)
+    counts = np.bincount(np.asarray(jax.vmap(lambda k: multi.index(k, 0))(keys)), minlength=3)
+    p = np.asarray(probabilities)
+    assert np.all(np.abs(counts / 4000 - p) <= 4 * np.sqrt(p * (1 - p) / 4000)), counts
+    assert multi.cost == pytest.approx(0.5 * 1 + 0.25 * 2 + 0.25 * 4)
+
+
+def test_one_resolution_at_the_models_own_step_count_is_the_plain_step(getkey, rng):
+    model, data = tiny_model(getkey(), steps_per_layer=2), tiny_data(rng, n=24)
+    plain = wbc.train(_step(), model, data, steps=4, batch_size=BATCH, progress=False)
+    one = wbc.train(_step(discretization=wbc.MultiResolution((2,))), model, data, steps=4,
+                    batch_size=BATCH, progress=False)  # fmt: skip
+    chex.assert_trees_all_close(eqx.filter(one.model, eqx.is_inexact_array),
+                                eqx.filter(plain.model, eqx.is_inexact_array), rtol=1e-12,
+                                atol=1e-14)  # fmt: skip
+
+
+def test_the_training_discretization_is_part_of_the_runs_identity(getkey, rng, tmp_path):
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+    wbc.train(_step(), model, data, steps=2, batch_size=BATCH, run_dir=tmp_path,
+              progress=False)  # fmt: skip
+    with pytest.raises(wbc.CheckpointMismatch, match="discretization"):
+        wbc.train(_step(discretization=wbc.MultiResolution((1, 2))), model, data, steps=2,
+                  batch_size=BATCH, run_dir=tmp_path, progress=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"steps_per_layer": (1, 1)}, "distinct positive integers"),
+        ({"steps_per_layer": (0, 2)}, "distinct positive integers"),
+        ({"steps_per_layer": [1, 2]}, "tuple"),
+        ({"steps_per_layer": (1, 2), "probabilities": (0.5, 0.6)}, "summing to 1"),
+        ({"steps_per_layer": (1, 2), "probabilities": (1.0,)}, "one per entry"),
+        ({"steps_per_layer": (1, 2), "scheme": "strang"}, "splitting scheme object"),
+    ],
+)
+def test_bad_multi_resolution_is_refused_naming_the_field(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        wbc.MultiResolution(**kwargs)
+    with pytest.raises(ValueError, match="TrainStep.discretization"):
+        _step(discretization="multi")

@@ -21,7 +21,12 @@ from ._callbacks import (
     Run as Run,
     standard_callbacks as standard_callbacks,
 )
-from ._certificate import Certificate as Certificate, certify as certify
+from ._certificate import (
+    Certificate as Certificate,
+    RefinementAccuracy as RefinementAccuracy,
+    certify as certify,
+    refinement_accuracy as refinement_accuracy,
+)
 from ._checkpoint import (
     CheckpointManager as CheckpointManager,
     CheckpointMismatch as CheckpointMismatch,
@@ -31,6 +36,12 @@ from ._data import (
     Dataset as Dataset,
     batch_indices as batch_indices,
     check_data as check_data,
+)
+from ._discretizations import (
+    AbstractTrainingDiscretization as AbstractTrainingDiscretization,
+    MultiResolution as MultiResolution,
+    OwnDiscretization as OwnDiscretization,
+    with_discretization as with_discretization,
 )
 from ._gradients import (
     AbstractGradientMethod as AbstractGradientMethod,
@@ -58,6 +69,14 @@ from ._objective import (
     CrossEntropy as CrossEntropy,
     KineticEnergy as KineticEnergy,
     Objective as Objective,
+)
+from ._saved_models import (
+    SaveModel as SaveModel,
+    load_model as load_model,
+    load_run as load_run,
+    model_structure as model_structure,
+    run_inputs as run_inputs,
+    save_model as save_model,
 )
 from ._tasks import (
     Task as Task,

@@ -333,7 +333,8 @@ def standard_callbacks(
     """The callbacks of `train`'s keywords, in their order: `Evaluate(eval_data)` with held-out
     data (it checks the data at the start, before anything is written, and fills the rows'
     `eval_accuracy` before they are written), `Checkpoints(run_dir/checkpoints)` and
-    `MetricsCSV(run_dir/metrics.csv)` with a `run_dir`, and `Progress(progress)`."""
+    `MetricsCSV(run_dir/metrics.csv)` and `SaveModel(run_dir)` (the finished model, for
+    `load_run`) with a `run_dir`, and `Progress(progress)`."""
     callbacks: list[AbstractCallback] = []
     if eval_data is not None:
         if eval_every is None or eval_every == 0:
@@ -350,7 +351,11 @@ def standard_callbacks(
         callbacks.append(Checkpoints(run_dir / "checkpoints", every=checkpoint_every, keep=keep,
                                      fingerprint=fingerprint))  # fmt: skip
     if run_dir is not None:
+        from ._saved_models import SaveModel
+
         callbacks.append(MetricsCSV(run_dir / "metrics.csv"))
+        held_out = None if eval_data is None else eval_data.inputs
+        callbacks.append(SaveModel(run_dir, inputs=held_out))
     callbacks.append(Progress(progress))
     return callbacks
 

@@ -1,6 +1,14 @@
 r"""The certificate of a trained model: is the trained network still a good discretization of its
-equation? Its error against a refined solve, its observed order, its largest stable step, and
-whether a discretization plan's tolerance holds for the trained weights.
+equation? Its held-out accuracy when the same controls are solved with more steps and with a
+second scheme, its error against a refined solve, its observed order, its largest stable step,
+whether a discretization plan's tolerance holds for the trained weights — and one verdict,
+`consistent`, computed from stated thresholds.
+
+A network trained at one Lie–Trotter step per layer can be an excellent classifier and a poor
+discretization: its accuracy moves by points when its equation is solved more finely
+(Queiruga et al. 2020). `consistent` is true when the accuracy at every refinement stays within
+`max_accuracy_spread` of the model's own, the error ladder shows the expected order (no order
+reduction beyond `order_tolerance`) and, with a plan, the plan's tolerance holds.
 
 A plan (`workbench run plan`) is made for given weights; training moves them. The certificate
 measures the same quantities on the trained controls, so a plan that no longer holds is caught.
@@ -18,8 +26,77 @@ from ..analysis._order import fit_order
 from ..analysis._plan import DiscretizationPlan
 from ..analysis._spectra import arnoldi_eigenvalues, term_fields
 from ..analysis._stability import max_stable_step
+from ..schemes._splitting import LieTrotter, Strang
 
-__all__ = ["Certificate", "certify"]
+__all__ = ["Certificate", "RefinementAccuracy", "certify", "refinement_accuracy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RefinementAccuracy:
+    """Held-out accuracy of one trained model under refinement (`refinement_accuracy`).
+
+    - `scheme`, `steps_per_layer`, `accuracy`: the model's own discretization and accuracy.
+    - `refined_steps_per_layer`, `refined_accuracies`: the same scheme at `factors ×` its steps.
+    - `second_scheme`, `second_steps_per_layer`, `second_accuracy`: another scheme at the finest.
+    - `spread`: the largest `|accuracy − own accuracy|` over all of these (a fraction).
+    """
+
+    scheme: str
+    steps_per_layer: int
+    accuracy: float
+    refined_steps_per_layer: list
+    refined_accuracies: list
+    second_scheme: str
+    second_steps_per_layer: int
+    second_accuracy: float
+    spread: float
+
+
+def refinement_accuracy(
+    model, data, *, factors=(2, 4, 8, 16), second_scheme=None, batch_size: int = 512
+) -> RefinementAccuracy:
+    r"""The accuracy of `model` (a `ControlledModel`) on `data` (a held-out `Dataset`) at its own
+    discretization, at `factors ×` its steps per layer, and with `second_scheme` (default:
+    Strang, or Lie–Trotter for a model solved by Strang) at the largest factor.
+
+    The model is evaluated in its own dtype (as trained): this is the accuracy a user of the
+    trained network sees, not a float64 error.
+    """
+    from ._callbacks import held_out_accuracy
+    from ._models import ControlledModel
+
+    if not isinstance(model, ControlledModel):
+        raise ValueError(
+            f"refinement_accuracy takes a workbench.control.ControlledModel; got "
+            f"{type(model).__name__}."
+        )
+    factors = sorted(set(int(f) for f in factors))
+    if not factors or factors[0] < 2:
+        raise ValueError(f"factors={factors!r} must be integers >= 2 (refinements of the model).")
+    tr = model.transformer
+    k = tr.steps_per_layer
+    if second_scheme is None:
+        second_scheme = LieTrotter() if isinstance(tr.scheme, Strang) else Strang()
+
+    def acc(m):
+        return float(held_out_accuracy(m, data, batch_size=batch_size))
+
+    own = acc(model)
+    refined = [acc(model.rediscretize(tr.scheme, f * k)) for f in factors]
+    finest = factors[-1] * k
+    second = acc(model.rediscretize(second_scheme, finest))
+    spread = max(abs(a - own) for a in [*refined, second])
+    return RefinementAccuracy(
+        scheme=type(tr.scheme).__name__,
+        steps_per_layer=k,
+        accuracy=own,
+        refined_steps_per_layer=[f * k for f in factors],
+        refined_accuracies=refined,
+        second_scheme=type(second_scheme).__name__,
+        second_steps_per_layer=finest,
+        second_accuracy=second,
+        spread=float(spread),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +118,13 @@ class Certificate:
       modes of the exact flow).
     - `plan_*`: the plan's method, step count and tolerance, its error for the trained weights
       at those steps, and `plan_holds` (`None` without a plan).
+    - `accuracy`: the `RefinementAccuracy` as a dict (`None` when not measured);
+      `max_accuracy_spread`: its threshold.
+    - `order_tolerance`; `order_reduced`: the observed order is below `expected_order −
+      order_tolerance` (or none could be fitted).
+    - `consistent`: `accuracy.spread <= max_accuracy_spread`, no order reduction, and the plan
+      holds when one was given; `None` when the accuracies were not measured (nothing decided).
+    - `reasons`: why `consistent` is false, one line each.
     """
 
     scheme: str
@@ -62,6 +146,12 @@ class Certificate:
     plan_tolerance: float | None = None
     plan_error: float | None = None
     plan_holds: bool | None = None
+    accuracy: dict | None = None
+    max_accuracy_spread: float = 0.005
+    order_tolerance: float = 0.3
+    order_reduced: bool = False
+    consistent: bool | None = None
+    reasons: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -72,10 +162,13 @@ def certify(
     initial_states,
     *,
     plan: DiscretizationPlan | None = None,
-    ladder=(1, 2, 4, 8, 16),
+    ladder=None,
     reference_steps: int = 64,
     num_eigenvalues: int = 6,
     krylov_dim: int = 30,
+    accuracy: RefinementAccuracy | None = None,
+    max_accuracy_spread: float = 0.005,
+    order_tolerance: float = 0.3,
 ) -> Certificate:
     r"""Measure a trained `transformer` (a `workbench.architectures.Transformer`) on
     `initial_states` (a few `u(0)`, shape `(examples, n, d)`, e.g. embedded held-out inputs).
@@ -86,9 +179,13 @@ def certify(
     - `initial_states`: `(examples, n, d)` in the model's dtype (float64 advised).
     - `plan`: a `DiscretizationPlan` to check against the trained weights (its method must be
       one `error_ladder` runs: a splitting scheme or a diffrax solver).
-    - `ladder`: steps per layer for the order fit (increasing).
-    - `reference_steps`: Dopri8 steps per layer of the reference.
+    - `ladder`: steps per layer for the order fit (default: 1, 2, 4, 8, 16 × the model's).
+    - `reference_steps`: Dopri8 steps per layer of the reference (default 64, at least 4 × the
+      finest ladder entry).
     - `num_eigenvalues`, `krylov_dim`: the Arnoldi spectra (per layer, first example).
+    - `accuracy`: the model's `refinement_accuracy` on held-out data, which `consistent` needs.
+    - `max_accuracy_spread` (a fraction: 0.005 is half a point), `order_tolerance`: the
+      thresholds of `consistent`.
 
     **Returns:** a `Certificate`.
     """
@@ -97,7 +194,10 @@ def certify(
     states = np.asarray(initial_states)
     if states.ndim != 3:
         raise ValueError(f"initial_states must be (examples, n, d); got shape {states.shape}.")
+    if ladder is None:
+        ladder = [f * k for f in (1, 2, 4, 8, 16)]
     steps = sorted(set(int(s) for s in ladder) | {k})
+    reference_steps = max(int(reference_steps), 4 * steps[-1])
     errors = np.zeros(len(steps))
     error_estimate = 0.0
     plan_error = 0.0 if plan is not None else None
@@ -133,6 +233,22 @@ def certify(
     decaying = eigs[eigs.real < -1e-9 * max(1.0, float(np.max(np.abs(eigs))))]
     tau_star = float(max_stable_step(scheme, decaying))
     step = equation.piece_length / k
+    expected = int(transformer.expected_order)
+    order_reduced = fit is None or float(fit.order) < expected - order_tolerance
+    reasons = []
+    if order_reduced:
+        seen = "no order could be fitted" if fit is None else f"observed order {fit.order:.2f}"
+        reasons.append(f"{seen} against the expected {expected} (tolerance {order_tolerance})")
+    if plan is not None and plan_error > plan.tolerance:
+        reasons.append(f"the plan's error {plan_error:.3g} exceeds its tolerance {plan.tolerance}")
+    consistent = None
+    if accuracy is not None:
+        if accuracy.spread > max_accuracy_spread:
+            reasons.append(
+                f"held-out accuracy moves by {100 * accuracy.spread:.2f} points under refinement "
+                f"(own {100 * accuracy.accuracy:.2f} %), more than {100 * max_accuracy_spread:.2f}"
+            )
+        consistent = not reasons
     return Certificate(
         scheme=type(scheme).__name__,
         steps_per_layer=k,
@@ -142,7 +258,7 @@ def certify(
         ladder_errors=[float(e) for e in errors],
         observed_order=None if fit is None else float(fit.order),
         order_ci=None if fit is None else (float(fit.ci_low), float(fit.ci_high)),
-        expected_order=int(transformer.expected_order),
+        expected_order=expected,
         largest_stable_step=tau_star,
         step=float(step),
         stable=bool(step <= tau_star),
@@ -153,4 +269,10 @@ def certify(
         plan_tolerance=None if plan is None else plan.tolerance,
         plan_error=plan_error,
         plan_holds=None if plan is None else bool(plan_error <= plan.tolerance),
+        accuracy=None if accuracy is None else dataclasses.asdict(accuracy),
+        max_accuracy_spread=float(max_accuracy_spread),
+        order_tolerance=float(order_tolerance),
+        order_reduced=bool(order_reduced),
+        consistent=consistent,
+        reasons=reasons,
     )

@@ -4,10 +4,13 @@ changes), the shape an equinox + optax user writes by hand.
 A step on the batch $(x, y)$ with state $(θ, s, k)$ (model, optimizer state, step count):
 
 1. augment: $x \leftarrow a(\mathrm{fold\_in}(key, k), x)$ when an augmentation is given;
-2. the objective and a descent direction: $(J, g) = $ `method.value_and_direction(objective,
-   model, x, y)` — the exact gradient of the discrete model (`DiscretizeThenOptimize`), the
-   continuous adjoint's, or the method of successive approximations' displacement;
-3. the update: $(u, s') = $ `optimizer.update(g, s, θ)`, $θ' = θ + u$, with the optimizer the
+2. the discretization: the model's own, or the candidate the `discretization` draws for step
+   $k$ (`MultiResolution`: a step count per batch);
+3. the objective and a descent direction: $(J, g) = $ `method.value_and_direction(objective,
+   model, x, y)` on the model so discretized — the exact gradient of the discrete model
+   (`DiscretizeThenOptimize`), the continuous adjoint's, or the method of successive
+   approximations' displacement;
+4. the update: $(u, s') = $ `optimizer.update(g, s, θ)`, $θ' = θ + u$, with the optimizer the
    method asks for (`method.optimizer(optimizer)`: MSA applies its own iteration).
 
 `TrainStep.__call__` is pure, so it can be jitted, vmapped or written into any loop; `train`
@@ -30,10 +33,18 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 
+from ._discretizations import (
+    AbstractTrainingDiscretization,
+    OwnDiscretization,
+    own_discretization,
+    with_discretization,
+)
 from ._gradients import AbstractGradientMethod, DiscretizeThenOptimize
 from ._objective import Objective
 
 __all__ = ["TrainState", "TrainStep"]
+
+
 
 
 class TrainState(eqx.Module):
@@ -60,6 +71,10 @@ class TrainStep(eqx.Module):
     - `method`: the gradient method (default `DiscretizeThenOptimize()`).
     - `augment`: `augment(key, inputs) -> inputs` applied to each batch (e.g.
       `wbc.random_shift`), or `None`.
+    - `discretization`: which discretization of the equation each batch is solved with:
+      `OwnDiscretization()` (default: the model's scheme and steps per layer) or e.g.
+      `MultiResolution((1, 2, 4))` (a step count drawn per batch from the step's key; the model
+      keeps its own for evaluation).
     - `max_skipped`: the NaN guard. `0` (default): a step whose objective or direction is not
       finite is reported in `info["finite"]` (and `train` stops there, naming the step and
       where the non-finite values are). `k > 0`: such a step is skipped inside the update
@@ -75,6 +90,7 @@ class TrainStep(eqx.Module):
     objective: Objective = Objective()
     method: AbstractGradientMethod = DiscretizeThenOptimize()
     augment: Callable | None = None
+    discretization: AbstractTrainingDiscretization = OwnDiscretization()
     max_skipped: int = eqx.field(default=0, static=True)
 
     def __check_init__(self):
@@ -94,6 +110,11 @@ class TrainStep(eqx.Module):
             )
         if self.augment is not None and not callable(self.augment):
             raise ValueError(f"TrainStep.augment={self.augment!r} must be callable or None.")
+        if not isinstance(self.discretization, AbstractTrainingDiscretization):
+            raise ValueError(
+                f"TrainStep.discretization={self.discretization!r} is not a training "
+                "discretization; valid: OwnDiscretization(), MultiResolution((1, 2, 4))."
+            )
         skipped = self.max_skipped
         if isinstance(skipped, bool) or not isinstance(skipped, int) or skipped < 0:
             raise ValueError(f"TrainStep.max_skipped={skipped!r} must be an integer >= 0.")
@@ -113,13 +134,37 @@ class TrainStep(eqx.Module):
         params = eqx.filter(model, eqx.is_inexact_array)
         return TrainState(model, self.update_rule.init(params), jnp.asarray(0), key)
 
+    def value_and_direction(self, model: eqx.Module, batch, key: PRNGKeyArray, step):
+        """`((J, aux), direction)` of step `step` on `batch` from `model`: the batch augmented
+        with `fold_in(key, step)`, solved with the discretization drawn for the step, the
+        direction shaped like `model` (its own discretization)."""
+        xs, ys = batch
+        step_key = jax.random.fold_in(key, step)
+        if self.augment is not None:
+            xs = self.augment(step_key, xs)
+        candidates = self.discretization.candidates(model)
+
+        def branch(candidate):
+            def solve(m):
+                if candidate is None:  # the model as it is
+                    return self.method.value_and_direction(self.objective, m, xs, ys)
+                trained = with_discretization(m, *candidate)
+                out, direction = self.method.value_and_direction(self.objective, trained, xs, ys)
+                return out, with_discretization(direction, *own_discretization(m))
+
+            return solve
+
+        if len(candidates) == 1:
+            return branch(candidates[0])(model)
+        index = self.discretization.index(jax.random.fold_in(step_key, 1), step)
+        params, static = eqx.partition(model, eqx.is_array)
+        branches = [lambda p, c=c: branch(c)(eqx.combine(p, static)) for c in candidates]
+        return jax.lax.switch(index, branches, params)
+
     def __call__(self, state: TrainState, batch) -> tuple[TrainState, dict]:
         """One step on `batch = (inputs, targets)`: `(next state, info)`."""
-        xs, ys = batch
-        if self.augment is not None:
-            xs = self.augment(jax.random.fold_in(state.key, state.step), xs)
-        (value, aux), direction = self.method.value_and_direction(
-            self.objective, state.model, xs, ys
+        (value, aux), direction = self.value_and_direction(
+            state.model, batch, state.key, state.step
         )
         params, static = eqx.partition(state.model, eqx.is_inexact_array)
         direction = eqx.filter(direction, eqx.is_inexact_array)

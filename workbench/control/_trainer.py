@@ -130,8 +130,8 @@ def _fingerprint(model, data, *, train_step, opt_state, seed, batch_size, steps)
       cannot be compared: two optimizers of the same state structure whose behaviour differs
       otherwise (`sgd(0.1)` and `sgd(0.2)`, or the peak of a schedule warming up from 0) are
       not told apart here; pass such settings in `Checkpoints`' `fingerprint`.
-    - `objective`, `method`, `augment`, `max_skipped`: the step's, with every number
-      (`describe`);
+    - `objective`, `method`, `augment`, `discretization`, `max_skipped`: the step's, with
+      every number (`describe`);
     - `data`: the number of examples, the inputs' and targets' dtype and shape and a SHA-256 of
       their contents;
     - `seed`, `batch_size`, `steps`.
@@ -153,6 +153,7 @@ def _fingerprint(model, data, *, train_step, opt_state, seed, batch_size, steps)
         "objective": describe(train_step.objective),
         "method": describe(train_step.method),
         "augment": describe(train_step.augment),
+        "discretization": describe(train_step.discretization),
         "max_skipped": train_step.max_skipped,
         "data": {
             "examples": len(data),
@@ -476,11 +477,8 @@ def _divergence(run: Run, s: int, info: dict, params, static, batch) -> str:
     direction is not finite (their path in the model and, for stacked per-layer controls, the
     first layer), and the last good checkpoint."""
     model = eqx.combine(params, static)
-    xs, ys = batch
-    if run.train_step.augment is not None:
-        xs = run.train_step.augment(jax.random.fold_in(run.state.key, s), xs)
     step = run.train_step
-    _, direction = eqx.filter_jit(step.method.value_and_direction)(step.objective, model, xs, ys)
+    _, direction = eqx.filter_jit(step.value_and_direction)(model, batch, run.state.key, s)
     where = []
     for path, leaf in jax.tree_util.tree_leaves_with_path(eqx.filter(direction, eqx.is_array)):
         bad = ~np.isfinite(np.asarray(leaf))

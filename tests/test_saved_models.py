@@ -1,0 +1,119 @@
+"""A trained model as files (`wbc.save_model`, `wbc.load_model`, `wbc.load_run`): read back
+bit for bit without the code that built it, its hashes checked, nothing executed from the
+file."""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import workbench as wb
+import workbench.control as wbc
+
+from helpers import tiny_data, tiny_model
+
+
+def _same(a, b):
+    la, lb = (
+        jax.tree.leaves(eqx.filter(a, eqx.is_array)),
+        jax.tree.leaves(eqx.filter(b, eqx.is_array)),
+    )
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+
+
+@pytest.mark.parametrize("kind", ["conv", "vit", "sequence"])
+def test_a_saved_model_comes_back_bit_for_bit_and_predicts_the_same(getkey, tmp_path, kind):
+    if kind == "conv":
+        model = tiny_model(getkey(), scheme=wb.schemes.Strang(), steps_per_layer=3)
+        x = jax.random.normal(getkey(), (4, 4), jnp.float64)
+    elif kind == "vit":
+        vit = wbc.random_vit(getkey(), image_size=(4, 4), patch_size=2, d=8, num_heads=2,
+                             num_layers=2, hidden=12, dtype=jnp.float32)  # fmt: skip
+        model = wbc.interpolate_controls(wbc.vit_classifier(vit, 3))
+        x = jax.random.normal(getkey(), (4, 4), jnp.float32)
+    else:
+        k1, k2 = jax.random.split(getkey())
+        model = wbc.ControlledModel(
+            wbc.TokenEmbedding(6, 5, 8, key=k1),
+            wbc.random_transformer(
+                k2, d=8, num_heads=2, num_layers=2, hidden=12, causal=True, activation=wb.terms.relu
+            ),  # fmt: skip
+            wbc.SequenceHead(8, 6),
+        )
+        x = jnp.asarray([1, 2, 3, 0, 5])
+    # Values that are not the initial ones (a zero head would hide a mix-up).
+    model = jax.tree.map(lambda a: a + 0.01 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape)
+                         if eqx.is_inexact_array(a) else a, model)  # fmt: skip
+    wbc.save_model(tmp_path, model)
+    back = wbc.load_model(tmp_path)
+    _same(back, model)
+    assert back.transformer.scheme == model.transformer.scheme
+    assert back.transformer.steps_per_layer == model.transformer.steps_per_layer
+    np.testing.assert_array_equal(np.asarray(back(x)), np.asarray(model(x)))
+    fine = back.rediscretize(wb.schemes.Strang(), 4)
+    np.testing.assert_array_equal(np.asarray(fine(x)), np.asarray(model.rediscretize(
+        wb.schemes.Strang(), 4)(x)))  # fmt: skip
+
+
+def test_load_run_returns_the_trained_model_of_a_run_folder(getkey, rng, tmp_path):
+    model, data = tiny_model(getkey(), steps_per_layer=2), tiny_data(rng, n=24)
+    step = wbc.TrainStep(optax.adam(1e-2))
+    result = wbc.train(step, model, data, steps=6, batch_size=4, run_dir=tmp_path,
+                       checkpoint_every=3, progress=False)  # fmt: skip
+    back = wbc.load_run(tmp_path)
+    _same(back, result.model)
+    assert wbc.params_sha256(back) == json.loads((tmp_path / "model.json").read_text())[
+        "params_sha256"]  # fmt: skip
+    assert back.transformer.steps_per_layer == 2
+    # The first training inputs (no held-out data given) come with it, for the analyses.
+    np.testing.assert_array_equal(wbc.run_inputs(tmp_path), data.inputs[:8])
+    # A finished run called again leaves the files as they are.
+    stamp = (tmp_path / "model.eqx").stat().st_mtime_ns
+    wbc.train(step, model, data, steps=6, batch_size=4, run_dir=tmp_path, checkpoint_every=3,
+              progress=False)  # fmt: skip
+    assert (tmp_path / "model.eqx").stat().st_mtime_ns == stamp
+
+
+def test_an_unfinished_or_damaged_run_is_refused_naming_what_to_do(getkey, rng, tmp_path):
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+    run = tmp_path / "run"
+    wbc.train(wbc.TrainStep(optax.sgd(0.1)), model, data, steps=4, batch_size=4, run_dir=run,
+              checkpoint_every=2, progress=False)  # fmt: skip
+    (run / "model.json").rename(tmp_path / "model.json")
+    with pytest.raises(ValueError, match="the run has not finished"):
+        wbc.load_run(run)
+    (tmp_path / "model.json").rename(run / "model.json")
+    with pytest.raises(ValueError, match="one per subfolder \\(run\\)"):
+        wbc.load_run(tmp_path)
+    raw = bytearray((run / "model.eqx").read_bytes())
+    raw[-1] ^= 1
+    (run / "model.eqx").write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="does not match the SHA-256"):
+        wbc.load_run(run)
+    with pytest.raises(ValueError, match="not a training run folder"):
+        wbc.load_run(tmp_path / "run" / "checkpoints")
+
+
+def test_nothing_outside_workbench_is_rebuilt(getkey, tmp_path):
+    class Foreign(eqx.Module):
+        w: jax.Array
+
+    with pytest.raises(ValueError, match="is not a workbench module"):
+        wbc.save_model(tmp_path, Foreign(jnp.ones(2)))
+    model = tiny_model(getkey())
+    with pytest.raises(ValueError, match=r"model\['f'\]: the function numpy.tanh is not"):
+        wbc.model_structure({"f": np.tanh})
+    wbc.save_model(tmp_path, model)
+    info = json.loads((tmp_path / "model.json").read_text())
+    info["structure"]["module"] = "os:system"
+    (tmp_path / "model.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="'os:system' is not a workbench class"):
+        wbc.load_model(tmp_path)

@@ -1,0 +1,169 @@
+r"""Which discretization of the equation a training step solves: the model's own, or one drawn
+per batch from several (multi-resolution training), so that the trained controls are those of
+an equation and not of one grid (docs/control.md, "Continuous depth").
+
+A network trained at one Lie–Trotter step per layer learns a discrete map: solved with more
+steps, its accuracy falls (Queiruga et al. 2020; Ott et al. 2021). Training the same controls
+at several step counts, one drawn for every batch, makes the loss an average over
+discretizations of one equation, so the controls that minimize it give a flow whose solutions
+at those step counts, and in the limit, agree.
+
+A training discretization is a static list of candidates `(scheme, steps_per_layer)` and, for
+every step, the index of the one to use, drawn from the step's key (so a resumed run draws the
+same ones). `TrainStep` solves the batch with that candidate (a `lax.switch` over the
+candidates: one compiled branch each, one executed per step) and maps the direction back onto
+the model, which keeps its own discretization.
+"""
+
+import abc
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Int, PRNGKeyArray
+
+from .._checks import is_int
+from ..architectures._model import Transformer
+from ..schemes._splitting import AbstractSplittingScheme
+
+__all__ = [
+    "AbstractTrainingDiscretization",
+    "MultiResolution",
+    "OwnDiscretization",
+    "with_discretization",
+]
+
+
+def _transformers(tree) -> list:
+    is_transformer = lambda x: isinstance(x, Transformer)
+    return [x for x in jax.tree.leaves(tree, is_leaf=is_transformer) if is_transformer(x)]
+
+
+def with_discretization(tree, scheme: AbstractSplittingScheme | None, steps_per_layer: int):
+    """`tree` (a model, or a direction shaped like one) with every `Transformer` in it solved by
+    `scheme` (its own when None) with `steps_per_layer` steps per layer; controls, embedding and
+    head unchanged. Unlike `rediscretize` it never warns: it is called on gradients too."""
+
+    def swap(x):
+        if not isinstance(x, Transformer):
+            return x
+        return Transformer(x.equation, x.scheme if scheme is None else scheme, steps_per_layer)
+
+    return jax.tree.map(swap, tree, is_leaf=lambda x: isinstance(x, Transformer))
+
+
+def own_discretization(model) -> tuple[AbstractSplittingScheme, int]:
+    found = _transformers(model)
+    if len(found) != 1:
+        raise ValueError(
+            f"a training discretization needs a model with exactly one Transformer (a "
+            f"ControlledModel, a ViT, ...); this {type(model).__name__} has {len(found)}."
+        )
+    return found[0].scheme, found[0].steps_per_layer
+
+
+class AbstractTrainingDiscretization(eqx.Module):
+    """Which discretization a training step solves (see the module docstring)."""
+
+    @abc.abstractmethod
+    def candidates(self, model) -> tuple[tuple[AbstractSplittingScheme, int], ...]:
+        """The `(scheme, steps_per_layer)` pairs a step may solve, for `model` (static); `None`
+        for the model as it is."""
+
+    @abc.abstractmethod
+    def index(self, key: PRNGKeyArray, step: Int[Array, ""]) -> Int[Array, ""]:
+        """The candidate of step `step`, from the step's `key` (traced)."""
+
+
+class OwnDiscretization(AbstractTrainingDiscretization):
+    """Every batch is solved with the model's own scheme and steps per layer: what a network
+    is trained as (one Lie–Trotter step per layer for today's networks)."""
+
+    def candidates(self, model):
+        del model
+        return (None,)  # the model as it is (any model, with or without a Transformer)
+
+    def index(self, key, step):
+        del key, step
+        return jnp.asarray(0)
+
+
+class MultiResolution(AbstractTrainingDiscretization):
+    r"""Every batch is solved with `k` steps per layer drawn from `steps_per_layer` (with
+    `probabilities`, uniform by default), by `scheme` (the model's own when None); the model
+    keeps its own discretization for evaluation.
+
+    The objective becomes $\mathbb{E}_k\, J(θ; \text{scheme}, k)$: controls that do well at
+    every drawn step count, so their flow does not lean on one grid. A step costs the drawn
+    `k`'s solve: $\sum_k p_k k$ relative steps per layer on average (`cost`).
+
+    **Arguments:**
+
+    - `steps_per_layer`: the step counts to draw from (distinct positive integers, e.g.
+      `(1, 2, 4)`).
+    - `probabilities`: one per entry, positive, summing to 1 (default: uniform).
+    - `scheme`: the splitting scheme of every draw, or None for the model's own.
+
+    ```python
+    step = wbc.TrainStep(optimizer, discretization=wbc.MultiResolution((1, 2, 4)))
+    ```
+    """
+
+    steps_per_layer: tuple[int, ...] = eqx.field(static=True)
+    probabilities: tuple[float, ...] | None = eqx.field(static=True, default=None)
+    scheme: AbstractSplittingScheme | None = None
+
+    def __check_init__(self):
+        ks = self.steps_per_layer
+        if (
+            not isinstance(ks, tuple)
+            or not ks
+            or not all(is_int(k) and k >= 1 for k in ks)
+            or len(set(ks)) != len(ks)
+        ):
+            raise ValueError(
+                f"MultiResolution.steps_per_layer={ks!r} must be a non-empty tuple of distinct "
+                "positive integers, e.g. (1, 2, 4)."
+            )
+        p = self.probabilities
+        if p is not None:
+            ok = (
+                isinstance(p, tuple)
+                and len(p) == len(ks)
+                and all(isinstance(q, (int, float)) and math.isfinite(q) and q > 0 for q in p)
+                and abs(sum(p) - 1) <= 1e-9
+            )
+            if not ok:
+                raise ValueError(
+                    f"MultiResolution.probabilities={p!r} must be a tuple of {len(ks)} positive "
+                    "numbers (one per entry of steps_per_layer) summing to 1, or None (uniform)."
+                )
+        if self.scheme is not None and not isinstance(self.scheme, AbstractSplittingScheme):
+            raise ValueError(
+                f"MultiResolution.scheme={self.scheme!r} must be a splitting scheme object "
+                "(wb.schemes.LieTrotter(), Strang(), ...) or None (the model's own)."
+            )
+
+    @property
+    def weights(self) -> np.ndarray:
+        n = len(self.steps_per_layer)
+        return np.full(n, 1 / n) if self.probabilities is None else np.asarray(self.probabilities)
+
+    def candidates(self, model):
+        own, _ = own_discretization(model)
+        scheme = own if self.scheme is None else self.scheme
+        return tuple((scheme, int(k)) for k in self.steps_per_layer)
+
+    def index(self, key, step):
+        del step
+        n = len(self.steps_per_layer)
+        if n == 1:
+            return jnp.asarray(0)
+        return jax.random.choice(key, n, p=jnp.asarray(self.weights, jnp.float32))
+
+    @property
+    def cost(self) -> float:
+        """The expected steps per layer of a training step, `Σ_k p_k k`."""
+        return float(np.dot(self.weights, self.steps_per_layer))

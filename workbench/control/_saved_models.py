@@ -1,0 +1,283 @@
+r"""A trained model as files, read back without the code that built it: `save_model`,
+`load_model`, and `load_run` for a training run's folder.
+
+`model.eqx` holds the arrays (`equinox.tree_serialise_leaves`: one `.npy` record per leaf, no
+pickle); `model.json` holds the model's *structure* as data — for every module its class (only
+workbench's own classes are accepted back) and its fields, for every array its dtype and shape,
+for every function (an activation) its name — plus the SHA-256 of the parameters and of the
+data file. Loading rebuilds the tree from the structure with zero arrays of the recorded shapes,
+reads the arrays into it and checks both hashes. Nothing from the file is executed: a class or
+function outside `workbench` is refused by name.
+
+A training run (`train(..., run_dir=DIR)`) writes both files into `DIR` when it finishes
+(`SaveModel`), so
+
+```python
+model = wbc.load_run("runs/train-digits")        # the trained ControlledModel
+fine = model.rediscretize(wb.schemes.Strang(), 16)
+```
+
+works on any machine, without the optimizer's state or the study's code.
+"""
+
+import dataclasses
+import importlib
+import json
+import math
+import pathlib
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..io import atomic_open, atomic_write_json
+from ._callbacks import AbstractCallback, Run, on_host
+from ._checkpoint import _sha256_file, params_sha256
+
+__all__ = ["SaveModel", "load_model", "load_run", "model_structure", "run_inputs", "save_model"]
+
+FORMAT = "workbench.model/1"
+MANIFEST, DATA, INPUTS = "model.json", "model.eqx", "inputs.npy"
+_PACKAGE = "workbench"
+
+
+def _name(obj) -> str:
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+def _ours(module: str) -> bool:
+    return module == _PACKAGE or module.startswith(_PACKAGE + ".")
+
+
+def model_structure(tree):
+    """The structure of `tree` (a model built from workbench's modules) as JSON-able data:
+    modules as `{"module": "workbench....:Class", "fields": {...}}`, arrays as `{"array":
+    dtype, "shape": [...]}`, functions as `{"function": name}`, tuples, lists, string-keyed
+    dicts, numbers, strings, booleans and None as themselves (non-finite floats as
+    `{"float": "inf"}`). A value of any other kind, or a class or function from outside
+    workbench, is a `ValueError` naming it."""
+    return _encode(tree, "model")
+
+
+def _encode(x, path: str):
+    if x is None or isinstance(x, (bool, str)):
+        return x
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return x if math.isfinite(x) else {"float": repr(x)}
+    if eqx.is_array(x) or isinstance(x, np.ndarray):
+        if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+            raise ValueError(f"{path}: a PRNG key array cannot be saved with a model.")
+        return {"array": str(x.dtype), "shape": [int(n) for n in x.shape]}
+    if isinstance(x, eqx.Module):
+        cls = type(x)
+        if not _ours(cls.__module__):
+            raise ValueError(
+                f"{path}: {cls.__module__}.{cls.__qualname__} is not a workbench module; a saved "
+                "model is rebuilt from workbench's own classes only (the file runs no code)."
+            )
+        fields = {f.name: _encode(getattr(x, f.name), f"{path}.{f.name}")
+                  for f in dataclasses.fields(x)}  # fmt: skip
+        return {"module": _name(cls), "fields": fields}
+    if isinstance(x, tuple):
+        return {"tuple": [_encode(v, f"{path}[{i}]") for i, v in enumerate(x)]}
+    if isinstance(x, list):
+        return {"list": [_encode(v, f"{path}[{i}]") for i, v in enumerate(x)]}
+    if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+        return {"dict": {k: _encode(v, f"{path}[{k!r}]") for k, v in x.items()}}
+    if callable(x) and hasattr(x, "__qualname__") and "<" not in x.__qualname__:
+        if not _ours(getattr(x, "__module__", "") or ""):
+            raise ValueError(
+                f"{path}: the function {x.__module__}.{x.__qualname__} is not workbench's; a saved "
+                "model names its functions (activations) from workbench only."
+            )
+        return {"function": _name(x)}
+    raise ValueError(f"{path}: a {type(x).__name__} cannot be saved with a model.")
+
+
+def _resolve(name: str, path: str):
+    module, _, qualname = name.partition(":")
+    if not _ours(module) or not qualname:
+        raise ValueError(f"{path}: {name!r} is not a workbench class or function; refused.")
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _decode(spec, path: str):
+    if spec is None or isinstance(spec, (bool, int, float, str)):
+        return spec
+    if isinstance(spec, dict):
+        if "array" in spec:
+            return jnp.zeros(tuple(spec["shape"]), jnp.dtype(spec["array"]))
+        if "float" in spec:
+            return float(spec["float"])
+        if "tuple" in spec:
+            return tuple(_decode(v, f"{path}[{i}]") for i, v in enumerate(spec["tuple"]))
+        if "list" in spec:
+            return [_decode(v, f"{path}[{i}]") for i, v in enumerate(spec["list"])]
+        if "dict" in spec:
+            return {k: _decode(v, f"{path}[{k!r}]") for k, v in spec["dict"].items()}
+        if "function" in spec:
+            return _resolve(spec["function"], path)
+        if "module" in spec:
+            cls = _resolve(spec["module"], path)
+            if not (isinstance(cls, type) and issubclass(cls, eqx.Module)):
+                raise ValueError(f"{path}: {spec['module']!r} is not an equinox module.")
+            # As equinox unflattens a module: no __init__ (its arguments are not its fields).
+            obj = object.__new__(cls)
+            names = {f.name for f in dataclasses.fields(cls)}
+            given = spec["fields"]
+            if set(given) != names:
+                raise ValueError(
+                    f"{path}: {spec['module']} has the fields {sorted(names)} in this version of "
+                    f"workbench; the file records {sorted(given)}."
+                )
+            for k, v in given.items():
+                object.__setattr__(obj, k, _decode(v, f"{path}.{k}"))
+            return obj
+    raise ValueError(f"{path}: unreadable entry {spec!r}.")
+
+
+def save_model(
+    folder, model: eqx.Module, *, inputs=None, metadata: dict | None = None
+) -> pathlib.Path:
+    """Write `model` to `folder` as `model.eqx` (its arrays) and `model.json` (its structure,
+    hashes and `metadata`), with `inputs` (a few example inputs of the model, e.g. held-out
+    images, for the analyses: `run_inputs`) as `inputs.npy`; all atomically, the manifest
+    last. **Returns:** the manifest's path."""
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    structure = model_structure(model)
+    model = on_host(model)
+    with atomic_open(folder / DATA, "wb") as f:
+        eqx.tree_serialise_leaves(f, model)
+    info = {
+        "format": FORMAT,
+        "data": DATA,
+        "data_sha256": _sha256_file(folder / DATA),
+        "params_sha256": params_sha256(model),
+        "structure": structure,
+        "metadata": metadata or {},
+    }
+    if inputs is not None:
+        with atomic_open(folder / INPUTS, "wb") as f:
+            np.save(f, np.asarray(inputs), allow_pickle=False)
+        info["inputs"] = INPUTS
+        info["inputs_sha256"] = _sha256_file(folder / INPUTS)
+    manifest = folder / MANIFEST
+    atomic_write_json(manifest, info)
+    return manifest
+
+
+def _manifest(folder: pathlib.Path) -> dict:
+    manifest = folder / MANIFEST
+    try:
+        info = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"{manifest} is not a readable saved model ({type(e).__name__}: {e})."
+        ) from None
+    if info.get("format") != FORMAT:
+        raise ValueError(f"{manifest} has format {info.get('format')!r}; this reads {FORMAT!r}.")
+    return info
+
+
+def load_model(folder) -> eqx.Module:
+    """The model `save_model` wrote to `folder`, its hashes checked (a damaged or replaced
+    data file is a `ValueError` naming it)."""
+    folder = pathlib.Path(folder)
+    manifest = folder / MANIFEST
+    info = _manifest(folder)
+    data = folder / info["data"]
+    if not data.exists() or _sha256_file(data) != info["data_sha256"]:
+        raise ValueError(
+            f"{data} is missing or does not match the SHA-256 in {manifest} (damaged or replaced)."
+        )
+    like = _decode(info["structure"], "model")
+    with open(data, "rb") as f:
+        model = eqx.tree_deserialise_leaves(f, like)
+    if params_sha256(model) != info["params_sha256"]:
+        raise ValueError(f"the parameters read from {data} do not match {manifest}'s hash.")
+    return model
+
+
+def load_run(run_dir) -> eqx.Module:
+    r"""The trained model of a training run folder (`train(..., run_dir=DIR)`, or
+    `workbench run train-digits --out DIR`): a `ControlledModel` with the scheme and steps per
+    layer it was trained to be evaluated at, ready for `rediscretize`. No optimizer state, no
+    study code: the folder's `model.json` and `model.eqx` are enough.
+
+    A folder whose run has not finished, or that holds several trainings (a study that trains
+    variants keeps one subfolder each), is a `ValueError` naming what to load instead.
+    """
+    folder = pathlib.Path(run_dir)
+    if not folder.is_dir():
+        raise ValueError(f"run_dir={str(run_dir)!r} is not a folder.")
+    if (folder / MANIFEST).exists():
+        return load_model(folder)
+    inner = sorted(p.parent.name for p in folder.glob(f"*/{MANIFEST}"))
+    if inner:
+        raise ValueError(
+            f"{folder} holds {len(inner)} trained models, one per subfolder ({', '.join(inner)}); "
+            f"load one of them, e.g. load_run({str(folder / inner[0])!r})."
+        )
+    if (folder / "checkpoints").is_dir():
+        raise ValueError(
+            f"{folder} holds checkpoints but no finished model ({MANIFEST}): the run has not "
+            "finished; rerun its command to resume it, then load it."
+        )
+    raise ValueError(f"{folder} is not a training run folder (no {MANIFEST}).")
+
+
+def run_inputs(run_dir) -> np.ndarray:
+    """The example inputs saved with a run's model (`inputs.npy`: the first held-out inputs,
+    or training inputs without held-out data), checked against the manifest's hash: what the
+    analyses embed as initial states `u(0)` of the trained equation."""
+    folder = pathlib.Path(run_dir)
+    load_run(folder)  # the same checks and messages as the model's
+    info = _manifest(folder)
+    if "inputs" not in info:
+        raise ValueError(f"{folder / MANIFEST} records no example inputs.")
+    path = folder / info["inputs"]
+    if not path.exists() or _sha256_file(path) != info["inputs_sha256"]:
+        raise ValueError(f"{path} is missing or does not match the SHA-256 in {MANIFEST}.")
+    return np.load(path, allow_pickle=False)
+
+
+class SaveModel(AbstractCallback):
+    """At the end of a finished run, `save_model(folder, model, inputs=...)` with the first
+    `examples` inputs of `inputs` (default: of the training data) (process 0 writes; every
+    process gathers sharded parameters). A run that stopped early (a signal, a divergence)
+    saves nothing; a finished run called again leaves identical files as they are."""
+
+    def __init__(self, folder, *, inputs=None, examples: int = 8):
+        self.folder = pathlib.Path(folder)
+        self.inputs = inputs
+        self.examples = int(examples)
+
+    def on_end(self, run: Run) -> None:
+        if run.done != run.steps:
+            return
+        model = on_host(run.model)  # a collective where sharded: every process
+        if not run.writes:
+            return
+        manifest = self.folder / MANIFEST
+        if manifest.exists():
+            try:
+                same = json.loads(manifest.read_text(encoding="utf-8")).get(
+                    "params_sha256"
+                ) == params_sha256(model)
+            except (OSError, ValueError):
+                same = False
+            if same:
+                return
+        held_out = self.inputs is not None
+        inputs = (self.inputs if held_out else run.data.inputs)[: self.examples]
+        save_model(self.folder, model, inputs=inputs, metadata={
+            "steps": run.steps, "seed": run.seed,
+            "inputs": "held-out" if held_out else "training"})  # fmt: skip
