@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 __all__ = [
     "Betas",
     "Costs",
+    "Depth",
     "Delta",
     "Dimension",
     "Dims",
@@ -154,6 +155,19 @@ class Costs:
 
 
 @dataclasses.dataclass(frozen=True)
+class Depth:
+    """How a training run discretizes its equation in depth (`wbc.TrainStep.discretization`)."""
+
+    depth: str = "multi-resolution"
+    """multi-resolution: every batch solved with a step count per layer drawn from
+    `resolutions` (`wbc.MultiResolution`), the model keeping `scheme` and `steps_per_layer` as
+    its own discretization (the certificate's base); fixed: every batch at `steps_per_layer`
+    (`wbc.OwnDiscretization`: how networks are trained, one Lie step per layer by default)."""
+    resolutions: tuple[int, ...] = (1, 2, 4)
+    """Steps per layer drawn (uniformly) for each batch with depth=multi-resolution."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Method:
     """The choices of a single training run: plan, optimizer, gradient, layout, certificate."""
 
@@ -174,6 +188,10 @@ class Method:
     """Held-out examples the certificate solves in float64 (0: no certificate)."""
     target_accuracy: float = 0.98
     """Held-out accuracy the verdict requires (a fraction)."""
+    max_spread: float = 0.005
+    """The certificate's `max_accuracy_spread`: the largest change of the held-out accuracy
+    (a fraction; 0.005 = half a point) under refinement and with a second scheme for which the
+    trained network counts as a consistent discretization of its equation."""
 
 
 @dataclasses.dataclass(frozen=True)

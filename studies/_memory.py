@@ -184,7 +184,8 @@ def training_bytes(
 def discretization(config) -> tuple[str, int]:
     """The training scheme's name and steps per layer: those of `config.plan` (a `plan.json`,
     read as JSON; no other check) when it names a splitting scheme, else the config's own
-    `scheme` and `steps_per_layer`."""
+    `scheme` and `steps_per_layer` (the largest of `resolutions` with multi-resolution
+    training, when larger: its finest solve sets the peak)."""
     plan = getattr(config, "plan", None)
     if plan is not None:
         import json
@@ -197,7 +198,10 @@ def discretization(config) -> tuple[str, int]:
                 return method, steps
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    return config.scheme, config.steps_per_layer
+    spl = config.steps_per_layer
+    if getattr(config, "depth", "fixed") == "multi-resolution":  # the finest drawn solve
+        spl = max(spl, *config.resolutions)
+    return config.scheme, spl
 
 
 DIGITS_TRAIN, DIGITS_TEST = 1347, 450

@@ -35,16 +35,35 @@ def check_model_fields(config: Any) -> None:
     )
 
 
+DEPTH = {
+    "multi-resolution": lambda config: wbc.MultiResolution(tuple(config.resolutions)),
+    "fixed": lambda config: wbc.OwnDiscretization(),
+}
+"""How a training study discretizes depth while training, by the config's `depth`."""
+
+
+def check_depth_fields(config: Any) -> None:
+    """`depth` is a name of `DEPTH`; `resolutions` distinct positive integers."""
+    check_choices(config, "depth", DEPTH)
+    ks = config.resolutions
+    ok = (isinstance(ks, tuple) and len(ks) >= 1 and len(set(ks)) == len(ks)
+          and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks))  # fmt: skip
+    check(config, "resolutions", ok, "distinct positive integers, e.g. 1,2,4")
+
+
 def check_training_fields(config: Any) -> None:
-    """`check_model_fields` and the optimizer, gradient method, costs and plan of a training
-    study."""
+    """`check_model_fields` and the optimizer, gradient method, costs, depth training and plan
+    of a training study."""
     check_model_fields(config)
+    if hasattr(config, "depth"):
+        check_depth_fields(config)
     check_positive(config, "weight_decay", "kinetic", "control_norm", "smoothness",
                    allow_zero=True)  # fmt: skip
     check_choices(config, "optimizer", OPTIMIZERS)
     check_choices(config, "gradient", GRADIENTS)
     check_choices(config, "checkpointing", CHECKPOINTING)
     check_range(config, "target_accuracy", 0.0, 1.0)
+    check_range(config, "max_spread", 0.0, 1.0)
     if config.plan is not None:
         check(
             config,
@@ -72,8 +91,8 @@ LAYOUT_FIELDS = ("shard_params", "checkpoint_every")
 other values (any device layout and count, another checkpoint interval)."""
 
 ANALYSIS_FIELDS = {
-    "studies.train_digits": ("certificate_examples", "target_accuracy"),
-    "studies.train_sequence": ("certificate_examples", "target_accuracy"),
+    "studies.train_digits": ("certificate_examples", "target_accuracy", "max_spread"),
+    "studies.train_sequence": ("certificate_examples", "target_accuracy", "max_spread"),
     "studies.depth_refinement": ("ladder", "examples", "max_change"),
     "studies.regularization_cost": ("plan_scheme", "tolerance", "ladder", "examples", "max_drop"),
     "studies.msa_vs_gradient": ("window", "max_excess"),
@@ -155,11 +174,12 @@ def gradient_method(config: Any):
 
 
 def train_step(config: Any, steps: int, **kwargs) -> wbc.TrainStep:
-    """The config's `TrainStep`: its optimizer, objective and gradient method (`kwargs`: e.g.
-    an augmentation)."""
+    """The config's `TrainStep`: its optimizer, objective, gradient method and depth training
+    (`depth`, fixed for a study without the field) (`kwargs`: e.g. an augmentation)."""
+    depth = DEPTH[getattr(config, "depth", "fixed")](config)
     return wbc.TrainStep(
         optimizer(config, steps), objective=objective(config), method=gradient_method(config),
-        **kwargs,
+        discretization=depth, **kwargs,
     )  # fmt: skip
 
 
@@ -255,12 +275,18 @@ def to_float64(tree):
     return jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, tree)
 
 
-def certificate(model: wbc.ControlledModel, inputs, plan) -> dict:
-    """`wbc.certify` of the trained model in float64 on embedded `inputs`."""
+def certificate(
+    model: wbc.ControlledModel, held_out, examples: int, plan, *, max_spread: float = 0.005
+) -> dict:
+    """`wbc.certify` of the trained model: its held-out accuracy under refinement (in its own
+    dtype, on all of `held_out`) and, in float64 on the first `examples` held-out inputs
+    embedded, its error ladder, order, stability and plan check."""
+    accuracy = wbc.refinement_accuracy(model, held_out)
     with jax.enable_x64(True):
         m64 = to_float64(model)
-        states = jax.vmap(m64.embedding)(jnp.asarray(np.asarray(inputs)))
-        return wbc.certify(m64.transformer, states, plan=plan).to_dict()
+        states = jax.vmap(m64.embedding)(jnp.asarray(np.asarray(held_out.inputs[:examples])))
+        return wbc.certify(m64.transformer, states, plan=plan, accuracy=accuracy,
+                           max_accuracy_spread=max_spread).to_dict()  # fmt: skip
 
 
 def training_results(
@@ -273,9 +299,8 @@ def training_results(
 
     certificate_dict = None
     if config.certificate_examples:
-        certificate_dict = certificate(
-            result.model, task.test.inputs[: config.certificate_examples], plan
-        )
+        certificate_dict = certificate(result.model, task.test, config.certificate_examples, plan,
+                                       max_spread=config.max_spread)  # fmt: skip
     return {
         "config": config,
         "test_accuracy": float(accuracy),
@@ -317,7 +342,18 @@ def certificate_lines(cert: dict | None) -> list[str]:
         return []
     order = "none fitted" if cert["observed_order"] is None else f"{cert['observed_order']:.2f}"
     plan = "no plan" if cert["plan_holds"] is None else str(cert["plan_holds"])
-    rows = [
+    acc = cert.get("accuracy")
+    rows = [("consistent discretization", consistency_text(cert))]
+    if acc is not None:
+        rows.append(("held-out accuracy at own / refined steps per layer", " / ".join(
+            [f"{100 * acc['accuracy']:.2f} % ({acc['steps_per_layer']})"]
+            + [f"{100 * a:.2f} % ({k})" for k, a in zip(acc["refined_steps_per_layer"],
+                                                     acc["refined_accuracies"])])))  # fmt: skip
+        rows.append((f"{acc['second_scheme']} at {acc['second_steps_per_layer']} steps per layer",
+                     f"{100 * acc['second_accuracy']:.2f} %"))  # fmt: skip
+        rows.append(("accuracy spread (threshold)", f"{100 * acc['spread']:.2f} points "
+                     f"({100 * cert['max_accuracy_spread']:.2f})"))  # fmt: skip
+    rows += [
         ("discretization", f"{cert['scheme']}, {cert['steps_per_layer']} step(s)/layer"),
         ("max-abs error vs Dopri8 reference", f"{cert['error']:.3g}"),
         ("observed order (expected)", f"{order} ({cert['expected_order']})"),
@@ -331,6 +367,38 @@ def certificate_lines(cert: dict | None) -> list[str]:
         "",
         markdown_table(["quantity", "value"], rows),
     ]
+
+
+def consistency_text(cert: dict | None) -> str:
+    """`consistent` in words: "yes", "no (reasons)", or "not decided"."""
+    if cert is None or cert.get("consistent") is None:
+        return "not decided (no certificate with held-out accuracies)"
+    if cert["consistent"]:
+        return "yes"
+    return "no: " + "; ".join(cert["reasons"])
+
+
+def training_verdict(results: Any, what: str) -> str:
+    """The verdict of a single-run training study: "Yes" needs the accuracy target *and* a
+    certificate saying the trained network is a consistent discretization of its equation."""
+    c, acc, cert = results.config, results.test_accuracy, results.certificate
+    accurate = acc >= c.target_accuracy
+    consistent = cert is not None and cert.get("consistent") is True
+    answer = "Yes" if accurate and consistent else "No"
+    if cert is None or cert.get("consistent") is None:
+        faithful = "no certificate decided whether it is a discretization of its equation"
+    elif consistent:
+        spread = 100 * cert["accuracy"]["spread"]
+        faithful = (f"a consistent discretization of its equation (accuracy within {spread:.2f} "
+                    f"points from {cert['steps_per_layer']} to "
+                    f"{cert['accuracy']['second_steps_per_layer']} steps per layer and with "
+                    f"{cert['accuracy']['second_scheme']})")  # fmt: skip
+    else:
+        faithful = "not a consistent discretization of its equation: " + "; ".join(cert["reasons"])
+    return (
+        f"{answer}. Held-out {what} {100 * acc:.2f} % against the target "
+        f"{100 * c.target_accuracy:.1f} %, and {faithful}"
+    )
 
 
 def training_figure(results: Any, title: str, accuracy_label: str):

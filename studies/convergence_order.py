@@ -43,6 +43,14 @@ from studies._config import (
     check_seed,
 )
 from studies._report import ci_cell, markdown_table, new_figure, progress, wide_ci_note
+from studies._trained import (
+    check_weights,
+    equation_kind,
+    is_run_folder,
+    sizes,
+    trained,
+    weights_label,
+)
 
 NAME = "convergence-order"
 SUMMARY = "Observed orders of splitting schemes and diffrax solvers (GELU vs ReLU); work-precision."
@@ -82,7 +90,10 @@ class Config:
     dim_feedforward: int = 128
     """Hidden width of the feed-forward block."""
     weights: tuple[str, ...] = WEIGHTS
-    """Weight sets: `random`, and/or `recovered` (PyTorch's initialization; needs torch)."""
+    """Weight sets: `random`, `recovered` (PyTorch's initialization; needs torch), and/or a
+    training run's folder (`--weights runs/train-digits`: the trained equation from its first
+    saved example input; `d`, `n`, `num_layers`, `num_heads` and `dim_feedforward` are then
+    the trained model's)."""
     equations: tuple[str, ...] = EQUATIONS
     """Equations to solve: `pre-norm`, and/or `post-norm` (the projected ODE)."""
     methods: tuple[str, ...] = (
@@ -115,7 +126,7 @@ class Config:
         check_positive(self, "d", "n", "num_layers", "num_heads", "dim_feedforward", "repeats")
         check_divides(self, "num_heads", into="d")
         check_nonempty(self, "weights", "equations")
-        check_choices(self, "weights", WEIGHTS)
+        check_weights(self, "weights", WEIGHTS)
         check_choices(self, "equations", EQUATIONS)
         for field in ("methods", "post_norm_methods", "activation_methods"):
             check_choices(self, field, wba.METHODS)
@@ -150,14 +161,18 @@ class Config:
         from studies import _memory as M
 
         copies = 4 if "recovered" in self.weights else 3
-        solve = M.encoder_solve_bytes(n=self.n, d=self.d, hidden=self.dim_feedforward,
-                                      heads=self.num_heads, layers=self.num_layers,
+        size = {"n": self.n, "d": self.d, "hidden": self.dim_feedforward,
+                "heads": self.num_heads, "layers": self.num_layers}  # fmt: skip
+        for folder in filter(is_run_folder, self.weights):  # the largest model solved
+            size = {k: max(v, sizes(folder)[k]) for k, v in size.items()}
+        solve = M.encoder_solve_bytes(n=size["n"], d=size["d"], hidden=size["hidden"],
+                                      heads=size["heads"], layers=size["layers"],
                                       param_copies=copies)  # fmt: skip
         methods = len(self.methods) + len(self.post_norm_methods)
         ladders = len(self.weights) * methods * 8 + 2 * len(self.activation_methods) * len(
             self.activation_steps_per_layer
         )
-        return solve + M.array_bytes(ladders, self.n, self.d)
+        return solve + M.array_bytes(ladders, size["n"], size["d"])
 
 
 def smoke_config() -> Config:
@@ -238,7 +253,8 @@ class Results:
     timing: dict[str, Timing]
     """By `"<weights>/<equation>"`."""
     skipped: list[str]
-    """Weight sets not run (`recovered` without torch)."""
+    """What was not run, with the reason (`recovered` without torch; a trained model's other
+    equation)."""
     activation: list[ActivationRow]
     activation_reference_error: dict[str, float]
     """By activation: the reference's error estimate (`Reference.error_estimate`)."""
@@ -302,13 +318,25 @@ def _order_table(config: Config, u0):
     """The order rows and timings of every (weights, equation), and the random pre-norm GELU
     reference (reused by the activation comparison)."""
     rows, timing, skipped, refs = [], {}, [], {}
+    initial = u0
     for weights in config.weights:
         if weights == "recovered" and not wb.architectures.have_reference():
-            skipped.append(weights)
+            skipped.append("recovered weights (torch is not installed)")
             continue
-        sd = _state_dict(config, weights)
+        if is_run_folder(weights):
+            trained_transformer, u0, _ = trained(weights)
+            kind = equation_kind(trained_transformer)
+        else:
+            sd, u0 = _state_dict(config, weights), initial
+        folder, weights = weights, weights_label(weights)
         for eq_name in config.equations:
-            equation = _equation(config, sd, eq_name)
+            if is_run_folder(folder):
+                if eq_name != kind:
+                    skipped.append(f"{weights}/{eq_name} (the trained equation is {kind})")
+                    continue
+                equation = trained_transformer.equation
+            else:
+                equation = _equation(config, sd, eq_name)
             names = config.methods if eq_name == "pre-norm" else config.post_norm_methods
             start = time.perf_counter()
             ref = refs[(weights, eq_name)] = wba.reference_solution(
@@ -488,7 +516,13 @@ def report(results: Results) -> str:
     ]  # fmt: skip
     out = [
         f"Observed orders (float64; error = max-abs at T against Dopri8; {c.num_layers} layers, "
-        f"d = {c.d}, n = {c.n}, {c.num_heads} heads, GELU). *Order reduction*: `fit_order` puts "
+        f"d = {c.d}, n = {c.n}, {c.num_heads} heads, GELU"
+        + "".join(
+            f"; {weights_label(w)}: the trained model of `{w}`, {z['layers']} layers, d = "
+            f"{z['d']}, n = {z['n']} (its first saved input), {z['heads']} heads"
+            for w in c.weights if is_run_folder(w) for z in [sizes(w)]
+        )
+        + "). *Order reduction*: `fit_order` puts "
         f"the asymptotic order below the declared one by more than tol = {c.tol:g}.",
         "",
         markdown_table(headers.split("|"), table),
@@ -516,7 +550,7 @@ def report(results: Results) -> str:
             f"reference {t.reference_s:.1f} s, Richardson error estimate "
             f"{t.reference_error_estimate:.1e}."
         )
-    out += [f"- skipped: {s} weights (torch is not installed)." for s in results.skipped]
+    out += [f"- skipped: {s}." for s in results.skipped]
     out += ["", "The penalty (Moreau–Yosida) form of post-norm is now the `penalty-form` study."]
     return "\n".join(out + _activation_report(results))
 

@@ -42,6 +42,7 @@ from studies._config import (
     check_seed,
 )
 from studies._report import markdown_table, new_figure, progress
+from studies._trained import check_weights, is_run_folder, sizes, trained
 
 NAME = "stability"
 SUMMARY = "Stability regions vs Jacobian spectra, max stable steps, Lipschitz of attention, FTLEs."
@@ -95,6 +96,11 @@ class Config:
     """Layer-normed random inputs per Lipschitz estimate; the max over them is reported."""
     seed: int = 0
     """Seeds the linear test fields, the random weights and the inputs."""
+    weights: str = "random"
+    """The pre-norm model: `random` (a random encoder of the sizes above) or a training run's
+    folder (`--weights runs/train-digits`: the trained equation, from the first `n` tokens of
+    its first saved example input embedded; `d`, `heads`, `layers` and `dff` are then the
+    trained model's)."""
 
     def __post_init__(self):
         check_choices(self, "methods", wb.registry.UNSPLIT_RK)
@@ -109,6 +115,7 @@ class Config:
         divisors = [h for h in range(1, self.d + 1) if self.d % h == 0]
         check(self, "heads", self.d % self.heads == 0, f"it must divide d={self.d}: {divisors}")
         check_seed(self)
+        check_weights(self, "weights", ("random",))
 
     def estimated_peak_bytes(self) -> int:
         """Peak bytes of `compute` (`studies._memory`, float64), dominated by the model's
@@ -121,8 +128,12 @@ class Config:
         (`linear_dim`) are smaller."""
         from studies import _memory as M
 
-        size = self.n * self.d
-        evaluation = M.attention_layer_floats(self.n, self.d, self.dff, self.heads)
+        d, dff, heads, layers = self.d, self.dff, self.heads, self.layers
+        if is_run_folder(self.weights):
+            z = sizes(self.weights)
+            d, dff, heads, layers = z["d"], z["hidden"], z["heads"], z["layers"]
+        size = self.n * d
+        evaluation = M.attention_layer_floats(self.n, d, dff, heads)
         rk = max(wb.registry.UNSPLIT_RK[m].tableau.num_stages for m in self.methods)
         jacobian = M.array_bytes(size, evaluation) + M.array_bytes(10, size, size)
         trials = M.growth_trial_bytes(size, -(-size // 2), stages=rk)
@@ -130,9 +141,9 @@ class Config:
         lipschitz = M.array_bytes(
             self.lipschitz_samples,
             4,
-            M.attention_layer_floats(max(self.seq_lens), self.d, 0, self.heads),
+            M.attention_layer_floats(max(self.seq_lens), d, 0, heads),
         )
-        params = M.array_bytes(3, M.encoder_parameters(self.d, self.dff, self.layers))
+        params = M.array_bytes(3, M.encoder_parameters(d, dff, layers))
         return jacobian + trials + max(linear, lipschitz) + params
 
 
@@ -302,7 +313,7 @@ def _lipschitz(config: Config, model, rng) -> Lipschitz:
     norm = eq.operators[0].projection.evaluate(0.5)
 
     def estimate(term, n):
-        samples = (norm(jnp.asarray(rng.normal(size=(n, config.d)))) for _ in range(n_samples))
+        samples = (norm(jnp.asarray(rng.normal(size=(n, model.d)))) for _ in range(n_samples))
         return max(wa.lipschitz_estimate(term.vector_field, x) for x in samples)
 
     n_samples = config.lipschitz_samples
@@ -321,16 +332,22 @@ def compute(config: Config) -> Results:
     with jax.enable_x64(True):
         rng = np.random.default_rng(config.seed)
         linear = _linear_study(config, rng)
-        sd = wb.architectures.random_encoder_state_dict(
-            rng, d=config.d, num_layers=config.layers, dim_feedforward=config.dff
-        )
-        model = wb.architectures.encoder_from_torch(
-            sd, num_heads=config.heads, norm_first=True, activation="gelu"
-        )
-        u0 = jnp.asarray(rng.normal(size=(config.n, config.d)))
+        if is_run_folder(config.weights):
+            model, u0, _ = trained(config.weights)
+            u0 = u0[: config.n]  # the first n tokens (the class token first): a state of the equation
+            rng.normal(size=(config.n, config.d))  # the random model's draws: the same later ones
+        else:
+            sd = wb.architectures.random_encoder_state_dict(
+                rng, d=config.d, num_layers=config.layers, dim_feedforward=config.dff
+            )
+            model = wb.architectures.encoder_from_torch(
+                sd, num_heads=config.heads, norm_first=True, activation="gelu"
+            )
+            u0 = jnp.asarray(rng.normal(size=(config.n, config.d)))
         eq = model.equation
         sol = model.solve(u0, save_steps=True)
-        states = [u0] + [sol.us[i] for i in range(config.layers - 1)]
+        k = model.steps_per_layer
+        states = [u0] + [sol.us[k * (i + 1) - 1] for i in range(model.num_layers - 1)]
         layers = [
             _layer(config, eq, i, u)
             for i, u in progress(enumerate(states), desc=NAME, total=len(states))

@@ -20,6 +20,7 @@ import workbench as wb
 import workbench.control as wbc
 
 from helpers import (
+    certificate_dict,
     kill_and_resume,
     require_reference,
     study_cli,
@@ -356,9 +357,18 @@ def test_train_digits_verdict_follows_the_accuracy():
         wall_time_s=30.0, num_devices=1, history_steps=np.arange(1), history_objective=np.ones(1),
         history_eval_steps=np.arange(1), history_eval_accuracy=np.ones(1), certificate=None,
     )  # fmt: skip
-    assert s.verdict(r).startswith("Yes. Held-out accuracy 90.00 % against the target 75.0 %")
-    worse = dataclasses.replace(r, test_accuracy=0.5)
+    # No certificate: nothing says the network is a discretization of its equation.
+    assert s.verdict(r).startswith("No. Held-out accuracy 90.00 % against the target 75.0 %")
+    assert "no certificate decided" in s.verdict(r)
+    good = dataclasses.replace(r, certificate=certificate_dict(0.002))
+    assert s.verdict(good).startswith("Yes. Held-out accuracy 90.00 % against the target 75.0 %")
+    assert "accuracy within 0.20 points from 1 to 16 steps per layer" in s.verdict(good)
+    worse = dataclasses.replace(good, test_accuracy=0.5)
     assert s.verdict(worse).startswith("No. Held-out accuracy 50.00 %")
+    # Accurate, but the accuracy moves by 2 points under refinement: "No", with the spread.
+    leaning = dataclasses.replace(r, certificate=certificate_dict(0.02))
+    assert s.verdict(leaning).startswith("No. Held-out accuracy 90.00 %")
+    assert "moves by 2.00 points under refinement" in s.verdict(leaning)
 
 
 def test_training_configs_refuse_bad_names_and_foreign_plans(tmp_path):

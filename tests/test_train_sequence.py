@@ -10,7 +10,7 @@ import pytest
 import studies.train_sequence as s
 from studies import ConfigError
 
-from helpers import kill_and_resume, study_cli
+from helpers import certificate_dict, kill_and_resume, study_cli
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,12 @@ def test_train_sequence_verdict_follows_the_accuracy():
         wall_time_s=30.0, num_devices=1, history_steps=np.arange(1), history_objective=np.ones(1),
         history_eval_steps=np.arange(1), history_eval_accuracy=np.ones(1), certificate=None,
     )  # fmt: skip
+    assert s.verdict(r).startswith("No. Held-out token accuracy 90.00 % against the target 70.0 %")
+    r = dataclasses.replace(r, certificate=certificate_dict(0.0))
     assert s.verdict(r).startswith("Yes. Held-out token accuracy 90.00 % against the target 70.0 %")
+    leaning = dataclasses.replace(r, certificate=certificate_dict(0.001, order=0.5))
+    assert s.verdict(leaning).startswith("No. Held-out token accuracy 90.00 %")
+    assert "observed order 0.50 against the expected 1" in s.verdict(leaning)
     worse = dataclasses.replace(r, test_accuracy=0.5)
     assert s.verdict(worse).startswith("No. Held-out token accuracy 50.00 %")
     full = dataclasses.replace(r, config=s.Config(), test_accuracy=0.985)

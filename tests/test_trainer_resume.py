@@ -383,8 +383,8 @@ def test_a_plan_file_that_is_not_a_plan_is_a_config_error(tmp_path, text, reason
 
 
 ANALYSIS_CHANGES = {
-    "train_digits": {"certificate_examples": 0, "target_accuracy": 0.5},
-    "train_sequence": {"certificate_examples": 0, "target_accuracy": 0.5},
+    "train_digits": {"certificate_examples": 0, "target_accuracy": 0.5, "max_spread": 0.02},
+    "train_sequence": {"certificate_examples": 0, "target_accuracy": 0.5, "max_spread": 0.02},
     "depth_refinement": {"ladder": (1, 2), "examples": 3, "max_change": 2.5},
     "regularization_cost": {
         "plan_scheme": "lie",

@@ -1,0 +1,96 @@
+"""A trained run back into the analyses: `--weights DIR` of convergence-order and stability
+solves the trained equation of a train-digits run folder (`wbc.load_run`), and the run's
+folder is recorded in `config.json`."""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import pytest
+
+import workbench as wb
+import workbench.control as wbc
+
+from helpers import study_cli
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("weights") / "train"
+    done = study_cli("train-digits", out, "--epochs", "1", "--certificate-examples", "0",
+                     "--warmup", "5")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+def test_convergence_order_takes_a_trained_run(digits_run, tmp_path):
+    out = tmp_path / "order"
+    done = study_cli("convergence-order", out, "--weights", str(digits_run), "--methods",
+                     "strang,rk4", "--activation-methods", "")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["config"]["weights"] == [str(digits_run)]
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["method"]: r for r in results["rows"]}
+    assert {r["weights"] for r in rows.values()} == {"trained-train"}
+    # The trained equation's errors, recomputed here from the loaded model: Strang's ladder.
+    with jax.enable_x64(True):
+        model = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+                             wbc.load_run(digits_run))  # fmt: skip
+        u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
+        ref = wb.analysis.reference_solution(model.transformer.equation, u0, steps_per_layer=64)
+        lad = rows["strang"]["ladder"]
+        k = lad["steps_per_layer"][0]
+        mine = wb.integrate(model.transformer.equation, u0, wb.schemes.Strang(),
+                            num_steps=k * model.transformer.num_layers).u1  # fmt: skip
+        assert float(jnp.max(jnp.abs(mine - ref.u1))) == pytest.approx(lad["errors"][0], rel=1e-6)
+    assert abs(rows["strang"]["order"] - 2) <= 0.3 and abs(rows["rk4"]["order"] - 4) <= 0.3
+    assert any("post-norm (the trained equation is pre-norm)" in s for s in results["skipped"])
+
+
+@pytest.mark.slow
+def test_stability_takes_a_trained_run(digits_run, tmp_path):
+    out = tmp_path / "stability"
+    done = study_cli("stability", out, "--weights", str(digits_run))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["config"]["weights"] == str(digits_run)
+    results = json.loads((out / "results.json").read_text())
+    trained = wbc.load_run(digits_run).transformer
+    # One row per trained layer; the Lyapunov exponents of the trained layer map, n·d of them.
+    assert len(results["model"]) == trained.num_layers
+    assert len(results["lyapunov_exponents"]) == 4 * trained.d  # smoke n = 4 tokens
+
+
+def test_weights_that_are_no_run_are_refused(tmp_path):
+    from studies import ConfigError
+    from studies.convergence_order import Config as Order
+    from studies.stability import Config as Stability
+
+    with pytest.raises(ConfigError, match="'random', 'recovered', or a training run folder"):
+        Order(weights=("nonsense",))
+    with pytest.raises(ConfigError, match="holds no model.json"):
+        Stability(weights=str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_network_trained_at_one_lie_step_per_layer_is_not_consistent(tmp_path):
+    """Today's training (`--depth fixed --kinetic 0`: every batch at one Lie–Trotter step per
+    layer) leans on its grid: the certificate measures the accuracy moving under refinement,
+    says `consistent: false` with that spread, and the verdict is "No"."""
+    out = tmp_path / "lie1"
+    done = study_cli("train-digits", out, "--depth", "fixed", "--kinetic", "0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    cert = json.loads((out / "certificate.json").read_text())
+    acc = cert["accuracy"]
+    spread = max(abs(a - acc["accuracy"]) for a in [*acc["refined_accuracies"],
+                                                     acc["second_accuracy"]])  # fmt: skip
+    assert acc["spread"] == pytest.approx(spread, abs=1e-12)
+    assert spread > cert["max_accuracy_spread"] and cert["consistent"] is False
+    # The accuracies are those of the loaded model solved at each refinement.
+    model, task = wbc.load_run(out), wbc.digits(0)
+    fine = model.rediscretize(wb.schemes.LieTrotter(), acc["refined_steps_per_layer"][-1])
+    assert wbc.evaluate(fine, task.test) == pytest.approx(acc["refined_accuracies"][-1], abs=1e-6)
+    verdict = (out / "report.md").read_text().splitlines()[0]
+    assert verdict.startswith("**Verdict.** No.")
+    assert f"moves by {100 * spread:.2f} points under refinement" in verdict
