@@ -520,7 +520,9 @@ def report(results: Results) -> str:
         + "".join(
             f"; {weights_label(w)}: the trained model of `{w}`, {z['layers']} layers, d = "
             f"{z['d']}, n = {z['n']} (its first saved input), {z['heads']} heads"
-            for w in c.weights if is_run_folder(w) for z in [sizes(w)]
+            for w in c.weights
+            if is_run_folder(w)
+            for z in [sizes(w)]
         )
         + "). *Order reduction*: `fit_order` puts "
         f"the asymptotic order below the declared one by more than tol = {c.tol:g}.",

@@ -334,7 +334,9 @@ def compute(config: Config) -> Results:
         linear = _linear_study(config, rng)
         if is_run_folder(config.weights):
             model, u0, _ = trained(config.weights)
-            u0 = u0[: config.n]  # the first n tokens (the class token first): a state of the equation
+            u0 = u0[
+                : config.n
+            ]  # the first n tokens (the class token first): a state of the equation
             rng.normal(size=(config.n, config.d))  # the random model's draws: the same later ones
         else:
             sd = wb.architectures.random_encoder_state_dict(

@@ -213,8 +213,7 @@ artifacts = T.certificate_artifacts
 def verdict(results: Results) -> str:
     c = results.config
     return (
-        T.training_verdict(results, "accuracy")
-        + f" (seed {c.seed}, {results.num_steps} steps, "
+        T.training_verdict(results, "accuracy") + f" (seed {c.seed}, {results.num_steps} steps, "
         f"{results.wall_time_s:.0f} s; logistic regression on the same split: "
         f"{100 * results.baseline_accuracy:.2f} %)."
     )

@@ -97,8 +97,9 @@ def test_a_method_brings_its_own_update_rule(getkey, rng):
     msa = wbc.SuccessiveApproximations(rho=0.5, inner_steps=2, inner_learning_rate=1e-3,
                                        outer_learning_rate=0.05)  # fmt: skip
     runs = [
-        wbc.train(wbc.TrainStep(opt, method=msa), model, data, steps=3, batch_size=8,
-                  progress=False)  # fmt: skip
+        wbc.train(
+            wbc.TrainStep(opt, method=msa), model, data, steps=3, batch_size=8, progress=False
+        )  # fmt: skip
         for opt in (optax.adam(0.3), optax.sgd(1.0))
     ]
     assert runs[0].params_sha256 == runs[1].params_sha256

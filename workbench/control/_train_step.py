@@ -45,8 +45,6 @@ from ._objective import Objective
 __all__ = ["TrainState", "TrainStep"]
 
 
-
-
 class TrainState(eqx.Module):
     """What a training step changes: the `model` (an equinox module), the optimizer's state
     `opt_state`, the number of steps taken `step`, and the base `key` of the augmentation
