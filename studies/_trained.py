@@ -40,18 +40,13 @@ def check_weights(config: Any, field: str, builtin: tuple[str, ...]) -> None:
         check(config, field, is_run_folder(v), why)
 
 
-def _to_float64(tree):
-    import equinox as eqx
-    import jax
-
-    return jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x, tree)
-
-
 def trained(folder: str):
     """`(transformer, u0, model)` of a run folder, in float64 (call inside
     `jax.enable_x64(True)`): the trained `Transformer` (its scheme and steps per layer as
     trained), the first saved example input embedded, and the whole `ControlledModel`."""
-    model = _to_float64(wbc.load_run(folder))
+    from ._training import to_float64
+
+    model = to_float64(wbc.load_run(folder))
     if not isinstance(model, wbc.ControlledModel):
         raise ValueError(f"{folder} holds a {type(model).__name__}, not a ControlledModel.")
     inputs = wbc.run_inputs(folder)

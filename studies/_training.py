@@ -43,11 +43,13 @@ DEPTH = {
 
 
 def check_depth_fields(config: Any) -> None:
-    """`depth` is a name of `DEPTH`; `resolutions` distinct positive integers."""
+    """`depth` is a name of `DEPTH`; `resolutions` what `wbc.MultiResolution` accepts."""
     check_choices(config, "depth", DEPTH)
-    ks = config.resolutions
-    ok = (isinstance(ks, tuple) and len(ks) >= 1 and len(set(ks)) == len(ks)
-          and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks))  # fmt: skip
+    try:
+        wbc.MultiResolution(config.resolutions)
+        ok = True
+    except ValueError:
+        ok = False
     check(config, "resolutions", ok, "distinct positive integers, e.g. 1,2,4")
 
 

@@ -7,6 +7,7 @@ import json
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import workbench as wb
@@ -60,6 +61,16 @@ def test_stability_takes_a_trained_run(digits_run, tmp_path):
     # One row per trained layer; the Lyapunov exponents of the trained layer map, n·d of them.
     assert len(results["model"]) == trained.num_layers
     assert len(results["lyapunov_exponents"]) == 4 * trained.d  # smoke n = 4 tokens
+    # Layer 0's spectral radius: NumPy's eigenvalues of the trained field's dense Jacobian at
+    # the first 4 tokens of the embedded saved input (1e-8 relative).
+    with jax.enable_x64(True):
+        model = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+                             wbc.load_run(digits_run))  # fmt: skip
+        u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))[:4]
+        field = wb.analysis.term_fields(model.transformer.equation, 0.5)["full"]
+        jac = jax.jacfwd(lambda v: field(v.reshape(u0.shape)).reshape(-1))(u0.reshape(-1))
+        radius = float(np.abs(np.linalg.eigvals(np.asarray(jac))).max())
+    assert results["model"][0]["spectral_radius"]["full"] == pytest.approx(radius, rel=1e-8)
 
 
 def test_weights_that_are_no_run_are_refused(tmp_path):
