@@ -123,6 +123,26 @@ class PiecewiseConstant(AbstractControl):
         )
         return PiecewiseConstant(values, self.piece_length / factor)
 
+    def coarsen(self, factor: int) -> "PiecewiseConstant":
+        r"""θ projected onto `num_pieces / factor` pieces of length `factor · h` (same `T`): the
+        L² projection onto piecewise-constant functions on the coarse pieces, i.e. the mean of
+        each run of `factor` consecutive layers, `θ̄_j = (1/factor) Σ_{i<factor} θ_{j·factor+i}`.
+        The inverse of `refine` (`c.refine(f).coarsen(f) == c`); `factor` must divide
+        `num_pieces`."""
+        factor = _check_factor(factor)
+        if self.num_pieces % factor:
+            raise ValueError(
+                f"factor={factor} must divide the number of pieces ({self.num_pieces}); valid: "
+                f"{[f for f in range(1, self.num_pieces + 1) if self.num_pieces % f == 0]}."
+            )
+
+        def mean(x):
+            if not eqx.is_inexact_array(x):
+                return x[::factor] if eqx.is_array(x) else x
+            return x.reshape(x.shape[0] // factor, factor, *x.shape[1:]).mean(axis=1)
+
+        return PiecewiseConstant(jax.tree.map(mean, self.values), self.piece_length * factor)
+
 
 class Interpolated(AbstractControl):
     r"""Piecewise-linear θ(t) through the layer values placed at the layer midpoints.

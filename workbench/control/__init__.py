@@ -47,12 +47,17 @@ from ._gradients import (
     AbstractGradientMethod as AbstractGradientMethod,
     DiscretizeThenOptimize as DiscretizeThenOptimize,
 )
+from ._inference import (
+    AdaptiveAccuracy as AdaptiveAccuracy,
+    adaptive_accuracy as adaptive_accuracy,
+)
 from ._models import (
     ClassifierHead as ClassifierHead,
     ControlledModel as ControlledModel,
     PatchEmbedding as PatchEmbedding,
     SequenceHead as SequenceHead,
     TokenEmbedding as TokenEmbedding,
+    coarsen_depth as coarsen_depth,
     extend_depth as extend_depth,
     interpolate_controls as interpolate_controls,
     random_transformer as random_transformer,

@@ -373,6 +373,26 @@ def refine_depth(model, factor: int):
     return _map_controls(model, lambda c: c.refine(factor))
 
 
+def coarsen_depth(model, factor: int):
+    r"""The model on `num_layers / factor` layers of duration `factor · h` (same `T`): every
+    control projected onto the coarser pieces (`PiecewiseConstant.coarsen`: the mean of each run
+    of `factor` layers, the L² projection). With the same scheme and `steps_per_layer` it takes
+    `factor` times fewer steps of `factor` times the size: the compression of a trained model in
+    depth (half the basis and half the steps for `factor = 2`), without retraining. Only
+    piecewise-constant controls (a network's layers) can be coarsened; the inverse of
+    `refine_depth`."""
+
+    def fn(c):
+        if not isinstance(c, PiecewiseConstant):
+            raise ValueError(
+                f"coarsen_depth needs piecewise-constant controls (a network's layers); got "
+                f"{type(c).__name__}."
+            )
+        return c.coarsen(factor)
+
+    return _map_controls(model, fn)
+
+
 def extend_depth(model, num_layers: int):
     r"""The model solved past its depth: `num_layers` layers of the same duration, the last
     layer's controls held on `[T, T']` (`T' = num_layers · h`). The trained layers are kept as
