@@ -80,6 +80,7 @@ STUDIES: dict[str, str] = {
     "msa-vs-gradient": "studies.msa_vs_gradient",
     "depth-refinement": "studies.depth_refinement",
     "regularization-cost": "studies.regularization_cost",
+    "continuous-depth": "studies.continuous_depth",
     "real-model-dynamics": "studies.real_model_dynamics",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
@@ -102,6 +103,7 @@ error, the step-size plan, training as control, a real pretrained model), under 
 CPU cores. `workbench tour --all` runs every registered study."""
 
 SMOKE_SECONDS: dict[str, float] = {
+    "continuous-depth": 100.0,
     "adjoint-accuracy": 90.0,
     "depth-refinement": 86.0,
     "splitting-error": 42.0,

@@ -62,7 +62,7 @@ def equation_kind(transformer) -> str:
 
 
 def sizes(folder: str) -> dict:
-    """`{"n", "d", "layers", "heads", "hidden"}` of a run folder's trained model and its first
+    """`{"n", "d", "layers", "heads", "hidden", "equation"}` of a run folder's trained model and its first
     example input (in the model's own precision: for sizes only)."""
     model = wbc.load_run(folder)
     u0 = model.embedding(jnp.asarray(np.asarray(wbc.run_inputs(folder)[0])))
@@ -70,7 +70,8 @@ def sizes(folder: str) -> dict:
     ops = tr.equation.operators
     return {"n": int(u0.shape[0]), "d": int(u0.shape[1]), "layers": tr.num_layers,
             "heads": ops[0].term.values.num_heads,
-            "hidden": int(ops[1].term.values.hidden.shape[-1])}  # fmt: skip
+            "hidden": int(ops[1].term.values.hidden.shape[-1]),
+            "equation": equation_kind(tr)}  # fmt: skip
 
 
 def weights_label(value: str) -> str:

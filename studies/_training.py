@@ -98,6 +98,14 @@ ANALYSIS_FIELDS = {
     "studies.depth_refinement": ("ladder", "examples", "max_change"),
     "studies.regularization_cost": ("plan_scheme", "tolerance", "ladder", "examples", "max_drop"),
     "studies.msa_vs_gradient": ("window", "max_excess"),
+    "studies.continuous_depth": (
+        "certificate_examples",
+        "target_accuracy",
+        "max_spread",
+        "tolerances",
+        "adaptive_margin",
+        "timing_repeats",
+    ),
 }
 """Per training study (its module), the config fields read only after training — the
 certificate, the error ladder of the trained model, the verdict's thresholds, the averaging

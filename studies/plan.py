@@ -34,6 +34,7 @@ from studies._config import (
     check_seed,
 )
 from studies._report import markdown_table, new_figure, progress
+from studies._trained import check_weights, is_run_folder, sizes, trained
 
 NAME = "plan"
 SUMMARY = "Cheapest method and steps per layer meeting a tolerance; writes plan.json for training."
@@ -90,6 +91,11 @@ class Config:
     """Largest-modulus Jacobian eigenvalues computed per layer; at most `krylov_dim`."""
     seed: int = 0
     """Seeds the random input state and weights."""
+    weights: str = "random"
+    """`random` (a random encoder of the sizes above and a random input) or a training run's
+    folder (`--weights runs/train-digits`: the plan of the trained equation, from its first
+    saved example input embedded; `d`, `n`, `num_layers`, `num_heads` and `dim_feedforward`
+    are then the trained model's, and `equation` must be its placement)."""
 
     def __post_init__(self):
         check_positive(self, "d", "n", "num_layers", "num_heads", "dim_feedforward")
@@ -110,6 +116,18 @@ class Config:
         ok = self.num_eigenvalues <= self.krylov_dim
         check(self, "num_eigenvalues", ok, f"it must be <= krylov_dim={self.krylov_dim}")
         check_seed(self)
+        check_weights(self, "weights", ("random",))
+        if is_run_folder(self.weights):
+            kind = sizes(self.weights)["equation"]
+            check(self, "equation", self.equation == kind,
+                  f"{kind!r}, the placement of the trained equation in {self.weights}")  # fmt: skip
+
+    def model_sizes(self) -> dict:
+        """`{"n", "d", "layers", "heads", "hidden"}`: the config's, or the trained model's."""
+        if is_run_folder(self.weights):
+            return sizes(self.weights)
+        return {"n": self.n, "d": self.d, "layers": self.num_layers, "heads": self.num_heads,
+                "hidden": self.dim_feedforward}  # fmt: skip
 
     def estimated_peak_bytes(self) -> int:
         """Peak bytes of `compute` (`studies._memory`, float64): the model's solves
@@ -119,14 +137,13 @@ class Config:
         d`) with its Hessenberg matrix and one Jacobian-vector product's activations."""
         from studies import _memory as M
 
-        size = self.n * self.d
-        solve = M.encoder_solve_bytes(n=self.n, d=self.d, hidden=self.dim_feedforward,
-                                      heads=self.num_heads, layers=self.num_layers)  # fmt: skip
-        saved = M.array_bytes(8 * self.num_layers + 1, size)
+        z = self.model_sizes()
+        n, d, hidden, heads, layers = z["n"], z["d"], z["hidden"], z["heads"], z["layers"]
+        size = n * d
+        solve = M.encoder_solve_bytes(n=n, d=d, hidden=hidden, heads=heads, layers=layers)
+        saved = M.array_bytes(8 * layers + 1, size)
         krylov = M.array_bytes(self.krylov_dim + 1, size + self.krylov_dim)
-        jvp = M.array_bytes(
-            2, M.attention_layer_floats(self.n, self.d, self.dim_feedforward, self.num_heads)
-        )
+        jvp = M.array_bytes(2, M.attention_layer_floats(n, d, hidden, heads))
         return solve + saved + krylov + jvp
 
 
@@ -194,24 +211,25 @@ class Results:
 
 def _spectra(equation, u0, config: Config) -> np.ndarray:
     """Largest-modulus Jacobian eigenvalues of the full field at the start of every layer."""
-    per = 8
+    per, layers = 8, equation.num_pieces
     if config.equation == "pre-norm":
         states = wb.integrate(
-            equation, u0, wb.schemes.Strang(), num_steps=per * config.num_layers, save_steps=True
+            equation, u0, wb.schemes.Strang(), num_steps=per * layers, save_steps=True
         ).us
-        starts = [u0] + [states[per * (layer + 1) - 1] for layer in range(config.num_layers - 1)]
+        starts = [u0] + [states[per * (layer + 1) - 1] for layer in range(layers - 1)]
     else:
         u = wb.Projected().initial(equation, u0)
         starts = [u]
-        for layer in range(config.num_layers - 1):
+        for layer in range(layers - 1):
             sub = equation.localize(layer)
             u = wb.integrate(sub, u, wb.solvers.ClassicalRK4(), num_steps=per).u1
             starts.append(u)
     eigs = []
     for layer, u in enumerate(starts):
-        f = wba.term_fields(equation, layer + 0.5)["full"]
+        t = (layer + 0.5) * equation.piece_length
+        f = wba.term_fields(equation, t)["full"]
         if config.equation == "post-norm":
-            ln = equation.operators[-1].projection.evaluate(layer + 0.5)
+            ln = equation.operators[-1].projection.evaluate(t)
             f = jax.tree_util.Partial(lambda g, p, v: jax.jvp(p.retract, (v,), (g(v),))[1], f, ln)
         eigs.append(
             wba.arnoldi_eigenvalues(
@@ -284,17 +302,23 @@ def _best(candidates: list[Candidate]) -> Candidate | None:
 def compute(config: Config) -> Results:
     start = time.perf_counter()
     with jax.enable_x64(True):
-        u0 = jnp.asarray(np.random.default_rng(config.seed).standard_normal((config.n, config.d)))
-        sd = wb.architectures.random_encoder_state_dict(
-            np.random.default_rng(config.seed + 1),
-            d=config.d,
-            num_layers=config.num_layers,
-            dim_feedforward=config.dim_feedforward,
-        )
-        norm_first = config.equation == "pre-norm"
-        equation = wb.architectures.encoder_from_torch(
-            sd, num_heads=config.num_heads, norm_first=norm_first, activation=ACTIVATION
-        ).equation
+        if is_run_folder(config.weights):
+            transformer, u0, _ = trained(config.weights)
+            equation = transformer.equation
+        else:
+            u0 = jnp.asarray(
+                np.random.default_rng(config.seed).standard_normal((config.n, config.d))
+            )
+            sd = wb.architectures.random_encoder_state_dict(
+                np.random.default_rng(config.seed + 1),
+                d=config.d,
+                num_layers=config.num_layers,
+                dim_feedforward=config.dim_feedforward,
+            )
+            norm_first = config.equation == "pre-norm"
+            equation = wb.architectures.encoder_from_torch(
+                sd, num_heads=config.num_heads, norm_first=norm_first, activation=ACTIVATION
+            ).equation
         ref = wba.reference_solution(equation, u0, steps_per_layer=config.reference_steps_per_layer)
         eigs = _spectra(equation, u0, config)
         decaying = eigs[eigs.real < -1e-9 * max(1.0, float(np.max(np.abs(eigs))))]
@@ -304,6 +328,7 @@ def compute(config: Config) -> Results:
         ]
     best = _best(candidates)
     plan = None
+    z = config.model_sizes()
     if best is not None:
         plan = wba.DiscretizationPlan(
             method=best.method,
@@ -316,14 +341,14 @@ def compute(config: Config) -> Results:
             stable=bool(best.stable),
             candidates=tuple(dataclasses.asdict(c) for c in candidates),
             model={
-                "d": config.d,
-                "n": config.n,
-                "num_layers": config.num_layers,
-                "num_heads": config.num_heads,
-                "dim_feedforward": config.dim_feedforward,
+                "d": z["d"],
+                "n": z["n"],
+                "num_layers": z["layers"],
+                "num_heads": z["heads"],
+                "dim_feedforward": z["hidden"],
                 "equation": config.equation,
-                "activation": ACTIVATION,
-                "weights": "random",
+                "activation": ACTIVATION if config.weights == "random" else "trained",
+                "weights": config.weights,
                 "seed": config.seed,
                 "error": "max-abs at T against Dopri8 "
                 f"({config.reference_steps_per_layer} steps per layer)",
@@ -379,10 +404,11 @@ def verdict(results: Results) -> str:
 
 def report(results: Results) -> str:
     c, best = results.config, _best(results.candidates)
-    s = results.spectrum
+    s, z = results.spectrum, c.model_sizes()
+    weights = "random weights" if c.weights == "random" else f"trained weights of `{c.weights}`"
     lines = [
-        f"Tolerance {c.tolerance:g} (max-abs at T), {c.equation}, {c.num_layers} layers, "
-        f"d = {c.d}, n = {c.n}; reference Richardson error {results.reference_error_estimate:.1e}"
+        f"Tolerance {c.tolerance:g} (max-abs at T), {c.equation}, {weights}, {z['layers']} "
+        f"layers, d = {z['d']}, n = {z['n']}; reference Richardson error {results.reference_error_estimate:.1e}"
         f"; Jacobian spectra: {s.num_eigenvalues} eigenvalues, {s.num_decaying} decaying, "
         f"max Re λ {s.max_real:.3g}, max |λ| {s.max_modulus:.3g}.",
         "",

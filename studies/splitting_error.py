@@ -56,6 +56,7 @@ from studies._report import (
     reduction_note,
     wide_ci_note,
 )
+from studies._trained import check_weights, is_run_folder, sizes, trained
 
 NAME = "splitting-error"
 SUMMARY = "Lie/Strang/4th-order/RK splitting error vs τ; Lie error vs the commutator [A, F]."
@@ -113,6 +114,11 @@ class Config:
     """Accepted |fitted global order − classical order|."""
     seed: int = 0
     """Seeds the random weights and input state."""
+    weights: str = "random"
+    """The pre-norm equation: `random` (a random encoder of the sizes above, a random input) or a
+    training run's folder (`--weights runs/train-digits`: the trained equation from its first
+    saved example input embedded; `d`, `num_heads`, `num_layers`, `dim_feedforward` and `n` are
+    then the trained model's). The post-norm variant puts the S1 projection on its terms."""
 
     def __post_init__(self):
         check_positive(self, "d", "num_heads", "num_layers", "dim_feedforward", "n")
@@ -137,6 +143,7 @@ class Config:
         )
         check_range(self, "commutator_tolerance", 0.0, 1.0, low_open=True, high_open=True)
         check_seed(self)
+        check_weights(self, "weights", ("random",))
 
     def estimated_peak_bytes(self) -> int:
         """Peak bytes of `compute` (`studies._memory`, float64): the model (state dict and
@@ -146,10 +153,15 @@ class Config:
         commutator's two JVPs). The global errors run one step count at a time."""
         from studies import _memory as M
 
-        solve = M.encoder_solve_bytes(n=self.n, d=self.d, hidden=self.dim_feedforward,
-                                      heads=self.num_heads, layers=self.num_layers, stages=6)  # fmt: skip
-        evaluation = M.attention_layer_floats(self.n, self.d, self.dim_feedforward, self.num_heads)
-        per_tau = 14 * self.n * self.d + 4 * evaluation
+        n, d, hidden, heads, layers = (self.n, self.d, self.dim_feedforward, self.num_heads,
+                                       self.num_layers)  # fmt: skip
+        if is_run_folder(self.weights):
+            z = sizes(self.weights)
+            n, d, hidden, heads, layers = z["n"], z["d"], z["hidden"], z["heads"], z["layers"]
+        solve = M.encoder_solve_bytes(n=n, d=d, hidden=hidden, heads=heads, layers=layers,
+                                      stages=6)  # fmt: skip
+        evaluation = M.attention_layer_floats(n, d, hidden, heads)
+        per_tau = 14 * n * d + 4 * evaluation
         return solve + M.array_bytes(len(self.local_taus), per_tau)
 
 
@@ -220,30 +232,38 @@ def _fit(steps, errors, roundoff, expected=None) -> wba.OrderFit | None:
 
 
 def _equations(config: Config, rng):
-    sd = wb.architectures.random_encoder_state_dict(
-        rng, d=config.d, num_layers=config.num_layers, dim_feedforward=config.dim_feedforward
-    )
-    model = wb.architectures.encoder_from_torch(
-        sd, num_heads=config.num_heads, norm_first=True, activation="gelu"
-    )
-    pre = model.equation
-    s1 = wb.terms.LayerNormProjection.onto_s1(config.d, dtype=jnp.float64)
-    proj = wb.PiecewiseConstant(wb.stack([s1] * config.num_layers))
+    """`({"pre", "post"} equations, u0)`: the random encoder and a random input, or the trained
+    equation and its first saved input embedded (`weights` a run folder)."""
+    if is_run_folder(config.weights):
+        transformer, u0, _ = trained(config.weights)
+        pre = transformer.equation
+    else:
+        sd = wb.architectures.random_encoder_state_dict(
+            rng, d=config.d, num_layers=config.num_layers, dim_feedforward=config.dim_feedforward
+        )
+        model = wb.architectures.encoder_from_torch(
+            sd, num_heads=config.num_heads, norm_first=True, activation="gelu"
+        )
+        pre = model.equation
+        u0 = jnp.asarray(rng.standard_normal((config.n, config.d)))
+    d, layers = u0.shape[-1], pre.num_pieces
+    s1 = wb.terms.LayerNormProjection.onto_s1(d, dtype=jnp.float64)
+    proj = wb.PiecewiseConstant(wb.stack([s1] * layers), pre.piece_length)
     post = wb.Equation(tuple(wb.Operator(op.term, proj) for op in pre.operators), wb.PostNorm())
-    return {"pre": pre, "post": post}
+    return {"pre": pre, "post": post}, u0
 
 
 def compute(config: Config) -> Results:
     with jax.enable_x64(True):
         rng = np.random.default_rng(config.seed)
-        equations = _equations(config, rng)
-        u0 = jnp.asarray(rng.standard_normal((config.n, config.d)))
+        equations, u0 = _equations(config, rng)
+        num_layers = equations["pre"].num_pieces
         taus = np.asarray(sorted(config.local_taus, reverse=True), float)
         ks = np.asarray(sorted(config.steps_per_layer))
-        global_taus = 1.0 / ks  # piece_length = 1
+        global_taus = equations["pre"].piece_length / ks
         size = float(np.linalg.norm(np.asarray(u0)))
         local_roundoff = wba.roundoff_level(np.float64, size, config.reference_substeps)
-        global_roundoff = wba.roundoff_level(np.float64, size, ks * config.num_layers)
+        global_roundoff = wba.roundoff_level(np.float64, size, ks * num_layers)
         rk4 = wb.schemes.RK4()
         variants = [("exact", rk4, config.subflow_substeps)]
         if config.network_subflows:
@@ -419,12 +439,21 @@ def report(results: Results) -> str:
         (r for r in _pre_judged(results) if r.scheme == "strang" and r.local_fit is not None),
         None,
     )
+    if is_run_folder(config.weights):
+        z = sizes(config.weights)
+        layers = z["layers"]
+        model = (f"Trained pre-norm equation of the run folder `{config.weights}`: d = {z['d']}, "
+                 f"{z['heads']} heads, {layers} layers, d_ff = {z['hidden']}, n = {z['n']} tokens "
+                 "(its first saved input embedded), float64")  # fmt: skip
+    else:
+        layers = config.num_layers
+        model = (f"Random pre-norm GELU encoder: d = {config.d}, {config.num_heads} heads, "
+                 f"{layers} layers, d_ff = {config.dim_feedforward}, n = {config.n} tokens, "
+                 f"float64, seed {config.seed}")  # fmt: skip
     lines = [
-        f"Random pre-norm GELU encoder: d = {config.d}, {config.num_heads} heads, "
-        f"{config.num_layers} layers, d_ff = {config.dim_feedforward}, n = {config.n} tokens, "
-        f"float64, seed {config.seed}. Local error: one step from the input on layer 0, τ ∈ "
+        f"{model}. Local error: one step from the input on layer 0, τ ∈ "
         f"[{min(config.local_taus):.3g}, {max(config.local_taus):.3g}]; global error at T = "
-        f"{config.num_layers}, {min(config.steps_per_layer)}–{max(config.steps_per_layer)} steps "
+        f"{layers}, {min(config.steps_per_layer)}–{max(config.steps_per_layer)} steps "
         f"per layer. 'exact' sub-flows: {config.subflow_substeps} RK4 steps each (splitting error "
         "alone); 'network': one step of the scheme's inner method (Euler / midpoint / RK4). "
         "Post-norm: each sub-flow followed by the projection onto S1(0, 1) (no affine), against "

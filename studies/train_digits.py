@@ -184,6 +184,12 @@ def _baseline(task) -> float:
 
 
 def compute(config: Config, *, run_dir=None) -> Results:
+    return train(config, run_dir=run_dir)[0]
+
+
+def train(config: Config, *, run_dir=None) -> tuple[Results, wbc.TrainResult]:
+    """`compute`'s results and `wbc.train`'s result (the trained model, float32, at its own
+    discretization; the history across resumes)."""
     start = time.perf_counter()
     plan = T.load_plan(config)
     with jax.enable_x64(False):  # training in float32, whatever the caller's setting
@@ -201,10 +207,11 @@ def compute(config: Config, *, run_dir=None) -> Results:
         accuracy = wbc.evaluate(result.model, task.test)
         if config.embedding == "vit" and run_dir is not None:
             export_vit(result.model, run_dir)
-    return Results(
+    results = Results(
         **T.training_results(config, result, task, plan, accuracy=accuracy, steps=steps,
                              baseline=_baseline(task), start=start)
     )  # fmt: skip
+    return results, result
 
 
 artifacts = T.certificate_artifacts

@@ -52,7 +52,7 @@ SUMMARY = (
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(num_layers=2, target_accuracy=0.99, depth="fixed")
+@defaults(num_layers=2, target_accuracy=0.99, kinetic=0.05)
 class Config(Depth, Method, Costs, Smoothness, Steps, WeightDecay, TrainingFields):
     length: int = 8
     """Symbols to sort (the input has 2 · length tokens)."""

@@ -24,6 +24,7 @@ import pytest
 import studies
 import workbench as wb
 import workbench.analysis as wa
+import workbench.control as wbc
 from studies import ConfigError, _memory
 from studies._config import SEED_MAX, steps_in
 from studies.cli import main as cli
@@ -230,9 +231,8 @@ def test_repulsion_estimate_matches_xla_of_its_flow_chunk(scale):
 def test_training_estimate_matches_xla_of_its_train_step(batch_size):
     """Within a factor 2 of the larger of the compiled training step (parameters, AdamW state,
     the stored activations of the exact gradient) and the compiled held-out evaluation with the
-    parameters, plus the task's arrays: smoke size and 4× the batch."""
-    import optax
-
+    parameters, plus the task's arrays: smoke size and 4× the batch. The step is the study's
+    (`T.train_step`: multi-resolution by default)."""
     import studies._training as T
     import studies.train_sequence as study
 
@@ -241,20 +241,18 @@ def test_training_estimate_matches_xla_of_its_train_step(batch_size):
     with jax.enable_x64(False):
         scheme, k = T.discretization(config, None)
         model = study._model(config, jax.random.key(0), classes, scheme, k)
-        optimizer, method, objective = (
-            T.optimizer(config, 100),
-            T.gradient_method(config),
-            T.objective(config),
-        )
+        # The study's own step: multi-resolution by default (a switch over 1, 2, 4 steps per
+        # layer, whose largest branch the estimate counts).
+        train_step = T.train_step(config, 100)
+        assert isinstance(train_step.discretization, wbc.MultiResolution)
         params, static = eqx.partition(model, eqx.is_inexact_array)
-        state = optimizer.init(params)
+        state = train_step.update_rule.init(params)
+        key = jax.random.key(0)
 
         def step(params, state, xs, ys):
-            m = eqx.combine(params, static)
-            (value, _), direction = method.value_and_direction(objective, m, xs, ys)
-            direction = eqx.filter(direction, eqx.is_inexact_array)
-            updates, state = optimizer.update(direction, state, params)
-            return optax.apply_updates(params, updates), state, value
+            s = wbc.TrainState(eqx.combine(params, static), state, jnp.asarray(0), key)
+            new, info = train_step(s, (xs, ys))
+            return eqx.filter(new.model, eqx.is_inexact_array), new.opt_state, info["objective"]
 
         xs = jnp.zeros((batch_size, tokens), jnp.int32)
         train = _xla_bytes(jax.jit(step).lower(params, state, xs, xs))

@@ -1,9 +1,10 @@
-"""A trained run back into the analyses: `--weights DIR` of convergence-order and stability
-solves the trained equation of a train-digits run folder (`wbc.load_run`), and the run's
+"""A trained run back into the analyses: `--weights DIR` of convergence-order, stability,
+splitting-error and plan solves the trained equation of a train-digits run folder (`wbc.load_run`), and the run's
 folder is recorded in `config.json`."""
 
 import json
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -73,15 +74,76 @@ def test_stability_takes_a_trained_run(digits_run, tmp_path):
     assert results["model"][0]["spectral_radius"]["full"] == pytest.approx(radius, rel=1e-8)
 
 
+@pytest.mark.slow
+def test_splitting_error_takes_a_trained_run(digits_run, tmp_path):
+    """The trained equation's splitting error: the folder in config.json; Strang's network
+    error at one step per layer recomputed from the loaded model (`wb.integrate` against an
+    RK4 solve (diffrax, `ClassicalRK4`) of the whole field with 64 steps per layer, Frobenius norm, 1e-3
+    relative); the Lie local error is (τ²/2)[A, F] of the trained field (ratio within 5 %)."""
+    out = tmp_path / "splitting"
+    done = study_cli("splitting-error", out, "--weights", str(digits_run), "--schemes",
+                     "lie,strang", "--placements", "pre", "--steps-per-layer", "1,2,4",
+                     "--reference-steps-per-layer", "64", "--local-taus",
+                     "0.25,0.125,0.0625,0.03125,0.015625", "--reference-substeps", "16",
+                     "--network-subflows", "true")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["config"]["weights"] == str(digits_run)
+    results = json.loads((out / "results.json").read_text())
+    row = next(r for r in results["rows"] if (r["scheme"], r["subflows"]) == ("strang", "network"))
+    with jax.enable_x64(True):
+        model = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+                             wbc.load_run(digits_run))  # fmt: skip
+        u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
+        eq, layers = model.transformer.equation, model.transformer.num_layers
+        ref = wb.integrate(eq, u0, wb.solvers.ClassicalRK4(), num_steps=64 * layers).u1
+        mine = wb.integrate(eq, u0, wb.schemes.Strang(), num_steps=layers).u1
+        error = float(jnp.linalg.norm(mine - ref))
+    assert row["global_errors"][0] == pytest.approx(error, rel=1e-3)
+    assert abs(results["commutator"]["smallest_tau_ratio"] - 1) < 0.05
+    assert "Trained pre-norm equation of the run folder" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_plan_takes_a_trained_run(digits_run, tmp_path):
+    """The plan of the trained equation: the folder in config.json and in plan.json's model;
+    the chosen method's measured error recomputed from the loaded model (`wb.integrate` with
+    the plan's steps against a Dopri8 solve at 64 steps per layer, max-abs, 1e-6 relative) and
+    within the tolerance."""
+    out = tmp_path / "plan"
+    done = study_cli("plan", out, "--weights", str(digits_run), "--methods", "rk4,strang",
+                     "--tolerance", "1e-4")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["config"]["weights"] == str(digits_run)
+    plan = wb.analysis.DiscretizationPlan.load(out / "plan.json")
+    assert plan.model["weights"] == str(digits_run) and plan.model["n"] == 65
+    with jax.enable_x64(True):
+        model = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+                             wbc.load_run(digits_run))  # fmt: skip
+        u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
+        eq, layers = model.transformer.equation, model.transformer.num_layers
+        ref = wb.integrate(eq, u0, diffrax.Dopri8(), num_steps=64 * layers).u1
+        method = wb.analysis.METHODS[plan.method][0]()
+        mine = wb.integrate(eq, u0, method, num_steps=plan.steps_per_layer * layers).u1
+        error = float(jnp.max(jnp.abs(mine - ref)))
+    assert plan.measured_error == pytest.approx(error, rel=1e-6)
+    assert error <= 1e-4
+
+
 def test_weights_that_are_no_run_are_refused(tmp_path):
     from studies import ConfigError
     from studies.convergence_order import Config as Order
+    from studies.plan import Config as Plan
+    from studies.splitting_error import Config as Splitting
     from studies.stability import Config as Stability
 
     with pytest.raises(ConfigError, match="'random', 'recovered', or a training run folder"):
         Order(weights=("nonsense",))
     with pytest.raises(ConfigError, match="holds no model.json"):
         Stability(weights=str(tmp_path))
+    with pytest.raises(ConfigError, match="'random', or a training run folder"):
+        Splitting(weights="recovered")
+    with pytest.raises(ConfigError, match="'random', or a training run folder"):
+        Plan(weights="recovered")
 
 
 @pytest.mark.slow

@@ -394,6 +394,14 @@ ANALYSIS_CHANGES = {
         "max_drop": 2.5,
     },  # fmt: skip
     "msa_vs_gradient": {"window": 3, "max_excess": 0.5},
+    "continuous_depth": {
+        "certificate_examples": 0,
+        "target_accuracy": 0.6,
+        "max_spread": 0.02,
+        "tolerances": (0.5,),
+        "adaptive_margin": 0.01,
+        "timing_repeats": 2,
+    },
 }
 
 

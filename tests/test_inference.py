@@ -1,0 +1,139 @@
+"""Adaptive inference of a trained model (`wbc.adaptive_accuracy`) against fixed-step solves of
+the same equation, and the `continuous-depth` study's verdict, config checks and numbers."""
+
+import dataclasses
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import workbench as wb
+import workbench.control as wbc
+from studies import continuous_depth as CD
+from studies._config import ConfigError
+
+from helpers import randomize_head, tiny_data, tiny_model, well_conditioned
+
+
+def _model(getkey, layers=2):
+    m = tiny_model(getkey(), layers=layers)
+    return well_conditioned(randomize_head(m, getkey()), getkey())
+
+
+def _fixed_logits(model, xs, solver, steps_per_layer):
+    eq = model.transformer.equation
+    n = steps_per_layer * model.transformer.num_layers
+
+    def one(x):
+        sol = wb.integrate(eq, model.embedding(x), solver, num_steps=n)
+        return model.head(sol.y)
+
+    return np.asarray(jax.vmap(one)(jnp.asarray(xs)))
+
+
+def _accuracy(logits, ys):
+    return float(np.mean(np.argmax(logits, -1) == ys))
+
+
+def test_a_loose_tolerance_takes_one_step_per_layer_and_is_that_fixed_solve(getkey, rng):
+    """With rtol = atol = 1e3 every first step (a whole layer, `dt0 = h`) is accepted: the
+    solve is one Bosh3 step per layer, 4 field evaluations each (4 stages; the first-same-as-last
+    stage is recomputed on each layer, since the controls jump there), and its accuracy is that
+    of the fixed one-step Bosh3 solve (predictions compared one by one)."""
+    m, data = _model(getkey), tiny_data(rng, n=40)
+    out = wbc.adaptive_accuracy(m, data, rtol=1e3, atol=1e3, batch_size=16)
+    assert out.failed == 0
+    np.testing.assert_array_equal(out.evaluations, np.full(40, 4 * m.transformer.num_layers))
+    fixed = _fixed_logits(m, data.inputs, diffrax.Bosh3(), 1)
+    assert out.accuracy == _accuracy(fixed, data.targets)
+
+
+def test_a_tight_tolerance_is_the_converged_equation_and_costs_more(getkey, rng):
+    """At rtol = atol = 1e-9 the predictions are those of a 64-step-per-layer Dopri8 solve (the
+    logits agree to 1e-7, far below the gaps between classes here), and every example spends more
+    evaluations than at 1e-2; the mean and spread are those of the per-example counts."""
+    m, data = _model(getkey), tiny_data(rng, n=32)
+    tight = wbc.adaptive_accuracy(m, data, rtol=1e-9, atol=1e-9, max_steps=4096)
+    loose = wbc.adaptive_accuracy(m, data, rtol=1e-2, atol=1e-2)
+    reference = _fixed_logits(m, data.inputs, diffrax.Dopri8(), 64)
+    top2 = np.sort(reference, -1)
+    assert np.min(top2[:, -1] - top2[:, -2]) > 1e-6  # no near-tie that 1e-7 could flip
+    assert tight.accuracy == _accuracy(reference, data.targets)
+    assert np.all(tight.evaluations > loose.evaluations)
+    assert tight.mean_evaluations == pytest.approx(np.mean(tight.evaluations), rel=1e-15)
+    d = tight.to_dict()
+    assert d["std_evaluations"] == pytest.approx(np.std(tight.evaluations), rel=1e-15)
+    assert d["min_evaluations"] == tight.evaluations.min()
+
+
+def test_adaptive_accuracy_rejects_bad_input_naming_it(getkey, rng):
+    m, data = _model(getkey), tiny_data(rng, n=8)
+    with pytest.raises(ValueError, match="rtol=0 must be a positive number"):
+        wbc.adaptive_accuracy(m, data, rtol=0)
+    with pytest.raises(ValueError, match="has no error estimate; pass an adaptive diffrax"):
+        wbc.adaptive_accuracy(m, data, solver=diffrax.Euler())
+    with pytest.raises(ValueError, match="model must be a ControlledModel"):
+        wbc.adaptive_accuracy(m.transformer, data)
+
+
+# --------------------------------------------------------------------------------------------
+# continuous-depth
+
+
+def _results(own, spreads, consistent, recipes=("one-step", "multi-resolution")):
+    c = dataclasses.replace(CD.Config(), recipes=recipes)
+    n = len(recipes)
+    acc = np.asarray([[a] * len(CD.FACTORS) for a in own])
+    return CD.Results(
+        config=c, accuracy=acc, second_scheme=["Strang"] * n, second_accuracy=acc[:, -1],
+        spread=np.asarray(spreads), consistent=np.asarray(consistent, float),
+        observed_order=np.ones(n), expected_order=np.ones(n), training_time_s=np.ones(n),
+        compression=[], adaptive=[], wall_time_s=1.0,
+    )  # fmt: skip
+
+
+def test_continuous_depth_verdict_follows_the_numbers():
+    yes = CD.verdict(_results([0.989, 0.990], [0.47, 0.004], [0, 1]))
+    assert yes.startswith("Yes.") and "spread 47.00 points, not consistent" in yes
+    assert "multi-resolution: 99.00 % at its own discretization, spread 0.40 points" in yes
+    # the multi-resolution network misses the accuracy target, or its spread, or consistency
+    assert CD.verdict(_results([0.99, 0.97], [0.4, 0.004], [0, 1])).startswith("No.")
+    assert CD.verdict(_results([0.99, 0.99], [0.4, 0.006], [0, 1])).startswith("No.")
+    assert CD.verdict(_results([0.99, 0.99], [0.4, 0.004], [0, 0])).startswith("No.")
+    both = CD.verdict(_results([0.99, 0.99], [0.003, 0.004], [1, 1]))
+    assert both.startswith("Partly (the one-step network is consistent too).")
+    alone = CD.verdict(_results([0.99], [0.4], [0], recipes=("one-step",)))
+    assert alone.startswith("No answer: the multi-resolution recipe was not trained")
+
+
+def test_continuous_depth_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="recipes"):
+        CD.Config(recipes=("one-step", "euler"))
+    with pytest.raises(ConfigError, match="num_layers"):
+        CD.Config(num_layers=3)
+    with pytest.raises(ConfigError, match="resolutions"):
+        CD.Config(resolutions=(0, 2))
+    with pytest.raises(ConfigError, match="tolerances"):
+        CD.Config(tolerances=(2.0,))
+    # every recipe is a train-digits config with the recipe's fields
+    c = CD.Config(kinetic=0.02)
+    assert c.digits_config("one-step").kinetic == 0.0
+    assert c.digits_config("multi-resolution").kinetic == 0.02
+    assert c.digits_config("multi-resolution").depth == "multi-resolution"
+    assert c.digits_config("strang").scheme == "strang"
+
+
+def test_compression_numbers_are_those_of_the_models_they_name(getkey, rng):
+    """`_compression`'s accuracies are `evaluate` of the model at 2 and 1 steps per layer and of
+    `coarsen_depth(model, 2)`; its time ratios are the ratios of its own timings."""
+    m, data = _model(getkey, layers=2), tiny_data(rng, n=24)
+    out = CD._compression(m, data, repeats=2)
+    h, b = out["half_steps"], out["half_basis"]
+    assert h["accuracy_from"] == wbc.evaluate(m.rediscretize(None, 2), data)
+    assert h["accuracy_to"] == b["accuracy_from"] == wbc.evaluate(m, data)
+    assert b["accuracy_to"] == wbc.evaluate(wbc.coarsen_depth(m, 2), data)
+    assert h["points_lost"] == pytest.approx(100 * (h["accuracy_from"] - h["accuracy_to"]))
+    assert h["speedup"] == pytest.approx(h["seconds_from"] / h["seconds_to"])
+    assert b["layers_to"] == 1
