@@ -356,21 +356,34 @@ def open_run(
             "attempts": attempts,
         }
         folder = RunFolder(path, record, already_complete=False, resuming=bool(same))
+
+        def written() -> bool:
+            """Whether run.json holds this attempt (a signal may land just after it is written,
+            before `write` returns)."""
+            now = read_run(path) or {}
+            return (now.get("pid"), now.get("started_utc")) == (
+                record["pid"],
+                record["started_utc"],
+            )
+
+        # One block from the first write on: an interrupt or error at any point of it is
+        # recorded once run.json says `running`; before that, a folder this call made goes.
         try:
             folder.write()
-        except BaseException:
-            if created:
-                shutil.rmtree(path, ignore_errors=True)
-            raise
-        try:
             yield folder
         except KeyboardInterrupt:
-            if folder.record["state"] == "running":
-                folder.finish("interrupted", interrupted_utc=_now())
+            if written():
+                if folder.record["state"] == "running":
+                    folder.finish("interrupted", interrupted_utc=_now())
+            elif created:
+                shutil.rmtree(path, ignore_errors=True)
             raise
         except BaseException as e:
-            if folder.record["state"] == "running":
-                folder.finish("failed", error=_one_line(e))
+            if written():
+                if folder.record["state"] == "running":
+                    folder.finish("failed", error=_one_line(e))
+            elif created:
+                shutil.rmtree(path, ignore_errors=True)
             raise
 
 

@@ -109,7 +109,12 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
         check(self, "steps_per_layer", self.steps_per_layer == 1,
               "1 (every recipe's network keeps one step per layer as its own)")  # fmt: skip
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
-        self.digits_config(self.recipes[0])  # the resolutions, checked as train-digits does
+        try:
+            wbc.MultiResolution(self.resolutions)
+            ok = True
+        except ValueError:
+            ok = False
+        check(self, "resolutions", ok, "distinct positive integers, e.g. 1,2,4")
 
     def digits_config(self, recipe: str) -> train_digits.Config:
         """The `train-digits` config of one recipe."""
