@@ -45,6 +45,11 @@ DEPTH = {
 def check_depth_fields(config: Any) -> None:
     """`depth` is a name of `DEPTH`; `resolutions` what `wbc.MultiResolution` accepts."""
     check_choices(config, "depth", DEPTH)
+    check_resolutions(config)
+
+
+def check_resolutions(config: Any) -> None:
+    """`resolutions` is what `wbc.MultiResolution` accepts."""
     try:
         wbc.MultiResolution(config.resolutions)
         ok = True

@@ -109,12 +109,7 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
         check(self, "steps_per_layer", self.steps_per_layer == 1,
               "1 (every recipe's network keeps one step per layer as its own)")  # fmt: skip
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
-        try:
-            wbc.MultiResolution(self.resolutions)
-            ok = True
-        except ValueError:
-            ok = False
-        check(self, "resolutions", ok, "distinct positive integers, e.g. 1,2,4")
+        T.check_resolutions(self)
 
     def digits_config(self, recipe: str) -> train_digits.Config:
         """The `train-digits` config of one recipe."""
