@@ -81,6 +81,8 @@ STUDIES: dict[str, str] = {
     "depth-refinement": "studies.depth_refinement",
     "regularization-cost": "studies.regularization_cost",
     "continuous-depth": "studies.continuous_depth",
+    "scheme-architectures": "studies.scheme_architectures",
+    "trained-model-analysis": "studies.trained_model_analysis",
     "real-model-dynamics": "studies.real_model_dynamics",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
@@ -104,6 +106,8 @@ CPU cores. `workbench tour --all` runs every registered study."""
 
 SMOKE_SECONDS: dict[str, float] = {
     "continuous-depth": 100.0,
+    "trained-model-analysis": 120.0,
+    "scheme-architectures": 96.0,
     "adjoint-accuracy": 90.0,
     "depth-refinement": 86.0,
     "splitting-error": 42.0,

@@ -41,6 +41,7 @@ __all__ = [
     "Patch",
     "SaveEvery",
     "Smoothness",
+    "Sorting",
     "Steps",
     "TMax",
     "TrainingFields",
@@ -132,6 +133,20 @@ class Epochs:
 class Steps:
     steps: int = 1000
     """Training steps (iterations of every method, where several are compared)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sorting:
+    """The sorting task of `wbc.sorting` (`train-sequence`, `scheme-architectures`)."""
+
+    length: int = 8
+    """Symbols to sort (the input has 2 · length tokens)."""
+    vocab: int = 16
+    """Symbols are drawn from [0, vocab); the separator is one more token."""
+    num_train: int = 4096
+    """Training sequences (distinct from the held-out ones)."""
+    num_test: int = 1024
+    """Held-out sequences."""
 
 
 @dataclasses.dataclass(frozen=True)

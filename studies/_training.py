@@ -111,6 +111,22 @@ ANALYSIS_FIELDS = {
         "adaptive_margin",
         "timing_repeats",
     ),
+    "studies.trained_model_analysis": (
+        "certificate_examples",
+        "target_accuracy",
+        "max_spread",
+        "num_exponents",
+        "fine_factor",
+        "lyapunov_tolerance",
+        "tolerance",
+        "plan_methods",
+    ),
+    "studies.scheme_architectures": (
+        "certificate_examples",
+        "target_accuracy",
+        "max_spread",
+        "timing_repeats",
+    ),
 }
 """Per training study (its module), the config fields read only after training — the
 certificate, the error ladder of the trained model, the verdict's thresholds, the averaging
@@ -271,6 +287,31 @@ def digits_model(
 def subfolder(run_dir, name: str):
     """`run_dir / name` (None without a run folder): one durable training run of a study."""
     return None if run_dir is None else pathlib.Path(run_dir) / name
+
+
+def solve_seconds(model, xs, repeats: int) -> float:
+    """Median warm wall time of the jitted held-out solve of `model` (`vmap` over `xs`), over
+    `repeats` runs after one compiling run."""
+    import time
+
+    f = jax.jit(jax.vmap(model))
+    jax.block_until_ready(f(xs))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(xs))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def training_seconds(trained: wbc.TrainResult, results: Any) -> float:
+    """A run's training time: its cumulative training seconds (continued across resumes, so a
+    finished run read back keeps its time) plus the first step's compilation when this call
+    compiled one; the study's `results.wall_time_s` when nothing was logged."""
+    if not trained.history:
+        return results.wall_time_s
+    compile_s = trained.compile_time_s
+    return trained.history[-1]["elapsed_s"] + (compile_s if np.isfinite(compile_s) else 0.0)
 
 
 def curve(result: wbc.TrainResult) -> dict:

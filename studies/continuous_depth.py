@@ -76,6 +76,15 @@ RECIPES = {
 }
 """Recipe name -> the `train-digits` fields it sets (the others come from the config)."""
 
+
+def recipe_config(config, recipe: str) -> train_digits.Config:
+    """The `train-digits` config of one recipe: the fields `config` shares with `train-digits`,
+    then the recipe's (`RECIPES`)."""
+    names = {f.name for f in dataclasses.fields(train_digits.Config)}
+    shared = {k: v for k, v in dataclasses.asdict(config).items() if k in names}
+    return train_digits.Config(**{**shared, **RECIPES[recipe]})
+
+
 FACTORS = (1, 2, 4, 8, 16)
 """Steps per layer, as multiples of the model's own, at which every model is evaluated."""
 
@@ -113,9 +122,7 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
 
     def digits_config(self, recipe: str) -> train_digits.Config:
         """The `train-digits` config of one recipe."""
-        names = {f.name for f in dataclasses.fields(train_digits.Config)}
-        shared = {k: v for k, v in dataclasses.asdict(self).items() if k in names}
-        return train_digits.Config(**{**shared, **RECIPES[recipe]})
+        return recipe_config(self, recipe)
 
     def estimated_peak_bytes(self) -> int:
         """The largest of the recipes' `train-digits` peaks (trained one after the other)."""
@@ -160,34 +167,11 @@ class Results:
     wall_time_s: float
 
 
-def _seconds(model, xs, repeats: int) -> float:
-    """Median warm wall time of the jitted held-out solve (`vmap` over `xs`)."""
-    f = jax.jit(jax.vmap(model))
-    jax.block_until_ready(f(xs))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(f(xs))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def _training_seconds(trained: wbc.TrainResult, results) -> float:
-    """The run's training time: its cumulative training seconds (continued across resumes, so
-    a finished run read back keeps its time) plus the first step's compilation when this call
-    compiled one; the wall time
-    of `compute` when nothing was logged."""
-    if not trained.history:
-        return results.wall_time_s
-    compile_s = trained.compile_time_s
-    return trained.history[-1]["elapsed_s"] + (compile_s if np.isfinite(compile_s) else 0.0)
-
-
 def _compression(model, test, repeats: int) -> dict:
     xs = jnp.asarray(test.inputs)
     two, one = model.rediscretize(None, 2), model.rediscretize(None, 1)
     coarse = wbc.coarsen_depth(model.rediscretize(None, 1), 2)
-    t2, t1, tc = (_seconds(m, xs, repeats) for m in (two, one, coarse))
+    t2, t1, tc = (T.solve_seconds(m, xs, repeats) for m in (two, one, coarse))
     a2, a1, ac = (wbc.evaluate(m, test) for m in (two, one, coarse))
     return {
         "half_steps": {"from_steps_per_layer": 2, "to_steps_per_layer": 1, "accuracy_from": a2,
@@ -246,7 +230,7 @@ def compute(config: Config, *, run_dir=None) -> Results:
             order = cert.get("observed_order")
             rows["order"].append(np.nan if order is None else order)
             rows["expected"].append(model.transformer.expected_order)
-            rows["time"].append(_training_seconds(trained, results))
+            rows["time"].append(T.training_seconds(trained, results))
             rows["compression"].append(_compression(model, task.test, config.timing_repeats))
             rows["adaptive"].append(_adaptive(model, task.test, acc, config.tolerances,
                                               config.adaptive_margin))  # fmt: skip

@@ -38,6 +38,7 @@ from studies._fields import (
     Depth,
     Method,
     Smoothness,
+    Sorting,
     Steps,
     TrainingFields,
     WeightDecay,
@@ -53,16 +54,7 @@ SUMMARY = (
 
 @dataclasses.dataclass(frozen=True)
 @defaults(num_layers=2, target_accuracy=0.99, kinetic=0.05)
-class Config(Depth, Method, Costs, Smoothness, Steps, WeightDecay, TrainingFields):
-    length: int = 8
-    """Symbols to sort (the input has 2 · length tokens)."""
-    vocab: int = 16
-    """Symbols are drawn from [0, vocab); the separator is one more token."""
-    num_train: int = 4096
-    """Training sequences (distinct from the held-out ones)."""
-    num_test: int = 1024
-    """Held-out sequences."""
-
+class Config(Sorting, Depth, Method, Costs, Smoothness, Steps, WeightDecay, TrainingFields):
     def __post_init__(self):
         T.check_training_fields(self)
         check_seed(self)
@@ -195,6 +187,12 @@ def _baseline(task) -> float:
 
 
 def compute(config: Config, *, run_dir=None) -> Results:
+    return train(config, run_dir=run_dir)[0]
+
+
+def train(config: Config, *, run_dir=None) -> tuple[Results, wbc.TrainResult]:
+    """`compute`'s results and `wbc.train`'s result (the trained model, float32, at its own
+    discretization; the history across resumes)."""
     start = time.perf_counter()
     plan = T.load_plan(config)
     with jax.enable_x64(False):  # training in float32, whatever the caller's setting
@@ -217,10 +215,11 @@ def compute(config: Config, *, run_dir=None) -> Results:
             fingerprint=T.fingerprint(config), shard_params=config.shard_params,
         )  # fmt: skip
         accuracy = wbc.evaluate(result.model, task.test)
-    return Results(
+    results = Results(
         **T.training_results(config, result, task, plan, accuracy=accuracy, steps=steps,
                              baseline=_baseline(task), start=start)
     )  # fmt: skip
+    return results, result
 
 
 artifacts = T.certificate_artifacts

@@ -402,6 +402,22 @@ ANALYSIS_CHANGES = {
         "adaptive_margin": 0.01,
         "timing_repeats": 2,
     },
+    "trained_model_analysis": {
+        "certificate_examples": 2,
+        "target_accuracy": 0.6,
+        "max_spread": 0.02,
+        "num_exponents": 3,
+        "fine_factor": 4,
+        "lyapunov_tolerance": 0.5,
+        "tolerance": 0.05,
+        "plan_methods": ("lie",),
+    },
+    "scheme_architectures": {
+        "certificate_examples": 0,
+        "target_accuracy": 0.6,
+        "max_spread": 0.02,
+        "timing_repeats": 3,
+    },
 }
 
 
