@@ -4,10 +4,14 @@ heads, hidden 128, 4 layers, batch 64, float32, AdamW after clipping).
 
 Recipes (the workbench's `wbc.TrainStep`, called as `wbc.train` calls it, augmentation off):
 
-- `lie_1` — today's training (`--depth fixed --kinetic 0`): one Lie–Trotter step per layer;
-- `multi_resolution` — the default of `train-digits` (`--depth multi-resolution --resolutions
-  1,2,4 --kinetic 0.05`): every batch solved with k ∈ {1, 2, 4} Lie steps per layer drawn from
+- `lie_1` — today's training (`--depth fixed --kinetic 0 --smoothness 0`): one Lie–Trotter step per layer;
+- `multi_resolution` — multi-resolution training without smoothness (`--depth multi-resolution
+  --resolutions 1,2,4 --kinetic 0.05 --smoothness 0`): every batch solved with k ∈ {1, 2, 4} Lie steps per layer drawn from
   the step's key, kinetic cost λ_K = 0.05;
+- `multi_resolution_smooth` — the same with the smoothness cost in depth λ_s = 0.1
+  (`--smoothness 0.1`): today's default of `train-digits`;
+- `multi_resolution_coarsen` — that, with coarse-basis draws (`wbc.MultiResolution((1, 2, 4),
+  coarsen=(2,))`: a fourth candidate, the controls projected onto half the layers);
 - `multi_resolution_k1`, `_k2`, `_k4` — the same objective at one fixed k (each branch of
   the recipe alone, `wbc.MultiResolution((k,))`), whose mean is the recipe's expected cost;
 - `lie_2`, `strang_1` — two of the recipes tried before (`--steps-per-layer 2`, `--scheme
@@ -63,6 +67,7 @@ from train_step import (  # noqa: E402
 
 RESOLUTIONS = (1, 2, 4)
 KINETIC = 0.05
+SMOOTHNESS = 0.1
 TOLERANCE = 1e-5
 
 
@@ -159,6 +164,9 @@ def plain_step(static, optimizer, ks: tuple[int, ...], kinetic: float, *, grad_i
 def recipes() -> dict:
     """name -> (objective, discretization, scheme, steps_per_layer of the model)."""
     kinetic = wbc.Objective(kinetic=wbc.KineticEnergy(KINETIC))
+    smooth = wbc.Objective(
+        kinetic=wbc.KineticEnergy(KINETIC), controls=(wbc.ControlSmoothness(SMOOTHNESS),)
+    )
     plain = wbc.Objective()
     own = wbc.OwnDiscretization()
     lie, strang = wb.schemes.LieTrotter(), wb.schemes.Strang()
@@ -168,6 +176,9 @@ def recipes() -> dict:
     }
     for k in RESOLUTIONS:
         out[f"multi_resolution_k{k}"] = (kinetic, wbc.MultiResolution((k,)), lie, 1)
+    out["multi_resolution_smooth"] = (smooth, wbc.MultiResolution(RESOLUTIONS), lie, 1)
+    coarse = wbc.MultiResolution(RESOLUTIONS, coarsen=(2,))
+    out["multi_resolution_coarsen"] = (smooth, coarse, lie, 1)
     out["lie_2"] = (plain, own, lie, 2)
     out["strang_1"] = (plain, own, strang, 1)
     return out

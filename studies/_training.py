@@ -108,6 +108,7 @@ ANALYSIS_FIELDS = {
         "target_accuracy",
         "max_spread",
         "tolerances",
+        "adaptive_solvers",
         "adaptive_margin",
         "timing_repeats",
     ),

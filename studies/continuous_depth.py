@@ -6,12 +6,14 @@ fewer steps (compression) and adaptive steps.
 
 Recipes (`recipes`; each is `train-digits` with these fields, the rest of the config shared):
 
-- `one-step` — today's networks: every batch at one Lie–Trotter step per layer, no running cost
-  (`--depth fixed --kinetic 0`);
+- `one-step` — today's networks: every batch at one Lie–Trotter step per layer, no running or
+  smoothness cost (`--depth fixed --kinetic 0 --smoothness 0`);
 - `multi-resolution` — every batch solved with k steps per layer drawn from `resolutions`
-  (`wbc.MultiResolution`) and the kinetic cost λ_K = `kinetic` (`train-digits`' default);
-- `one-step-kinetic` — one step per layer with λ_K = `kinetic` (the cost alone);
-- `strang` — one Strang step per layer (FFN½–attention–FFN½, Macaron's layout), no running cost.
+  (`wbc.MultiResolution`), the kinetic cost λ_K = `kinetic` and the smoothness cost in depth
+  λ_s = `smoothness` (`train-digits`' default);
+- `one-step-kinetic` — one step per layer with λ_K = `kinetic` (the cost alone, λ_s = 0);
+- `strang` — one Strang step per layer (FFN½–attention–FFN½, Macaron's layout), no running or
+  smoothness cost.
 
 Every trained model keeps its training scheme with one step per layer as its own
 discretization. For each: `wbc.refinement_accuracy` (accuracy at its own discretization, at 2–16×
@@ -22,10 +24,14 @@ its steps, and with the other scheme at 16×) and its spread, the certificate (f
   (half the steps: accuracy lost and time ratio), and `wbc.coarsen_depth(model, 2)` (half the
   layers' basis, each coarse layer one step of twice the size) against the model at its own
   discretization;
-- **adaptive inference**: `wbc.adaptive_accuracy` (Bosh3 with a PID controller at each of
-  `tolerances`): accuracy and field evaluations per example (mean, spread), against the fixed
-  Lie grids of k steps per layer (k · L evaluations): the cheapest fixed grid within
-  `adaptive_margin` points of the 16× grid, and the cheapest tolerance that is too.
+- **adaptive inference**: `wbc.adaptive_accuracy` (each of `adaptive_solvers`, Heun and Bosh3
+  by default, with a PID controller at each of `tolerances`): accuracy and field evaluations per
+  example (mean, spread), against the fixed Lie grids of k steps per layer (k · L evaluations):
+  the cheapest fixed grid within `adaptive_margin` points of the 16× grid, and the cheapest
+  adaptive solve (solver and tolerance) that is too. A solve whose every step is the whole layer
+  (a spread of 0 evaluations at the solver's per-layer cost) is that solver on a fixed grid of
+  one step per layer: the report says so, since then the saving comes from the solver's order
+  on the unsplit field, not from adapting the step.
 
 The question: is the `multi-resolution` network accurate (`target_accuracy`) and consistent
 (every refinement and the second scheme within `max_spread` of its own accuracy, no order
@@ -45,13 +51,14 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import workbench.control as wbc
 from studies import _training as T, train_digits
-from studies._config import check, check_positive, check_seed
+from studies._config import check, check_choices, check_nonempty, check_positive, check_seed
 from studies._fields import (
     Costs,
     Epochs,
@@ -61,6 +68,7 @@ from studies._fields import (
     WeightDecay,
     defaults,
 )
+from workbench.registry import ODE_SOLVERS
 
 NAME = "continuous-depth"
 SUMMARY = (
@@ -69,10 +77,10 @@ SUMMARY = (
 )
 
 RECIPES = {
-    "one-step": {"depth": "fixed", "kinetic": 0.0},
+    "one-step": {"depth": "fixed", "kinetic": 0.0, "smoothness": 0.0},
     "multi-resolution": {"depth": "multi-resolution"},
-    "one-step-kinetic": {"depth": "fixed"},
-    "strang": {"depth": "fixed", "kinetic": 0.0, "scheme": "strang"},
+    "one-step-kinetic": {"depth": "fixed", "smoothness": 0.0},
+    "strang": {"depth": "fixed", "kinetic": 0.0, "smoothness": 0.0, "scheme": "strang"},
 }
 """Recipe name -> the `train-digits` fields it sets (the others come from the config)."""
 
@@ -85,19 +93,29 @@ def recipe_config(config, recipe: str) -> train_digits.Config:
     return train_digits.Config(**{**shared, **RECIPES[recipe]})
 
 
+ADAPTIVE_SOLVERS = tuple(
+    name
+    for name, solver in ODE_SOLVERS.items()
+    if isinstance(solver, diffrax.AbstractAdaptiveSolver)
+)
+"""Names of `workbench.registry.ODE_SOLVERS` with an error estimate (`adaptive_solvers`)."""
+
 FACTORS = (1, 2, 4, 8, 16)
 """Steps per layer, as multiples of the model's own, at which every model is evaluated."""
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(kinetic=0.05)
+@defaults(kinetic=0.05, smoothness=0.1)
 class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     resolutions: tuple[int, ...] = (1, 2, 4)
     """Steps per layer drawn (uniformly) for each batch by the multi-resolution recipe."""
     recipes: tuple[str, ...] = ("one-step", "multi-resolution")
     """Trainings compared: one-step, multi-resolution, one-step-kinetic, strang."""
     tolerances: tuple[float, ...] = (1e-1, 1e-2, 1e-3)
-    """rtol = atol of the adaptive solves (Bosh3, PID controller)."""
+    """rtol = atol of the adaptive solves (PID controller)."""
+    adaptive_solvers: tuple[str, ...] = ("heun", "bosh3")
+    """diffrax solvers of the adaptive solves, by name (`workbench.registry.ODE_SOLVERS` with an
+    error estimate: heun, midpoint, ralston, bosh3, rk4, tsit5, dopri5, dopri8)."""
     adaptive_margin: float = 0.003
     """Accuracy (a fraction) within which a grid counts as accurate as the 16× grid."""
     timing_repeats: int = 7
@@ -113,6 +131,10 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
         check(self, "tolerances", len(self.tolerances) >= 1 and all(
             isinstance(t, (int, float)) and 0 < t < 1 for t in self.tolerances),
             "numbers in (0, 1)")  # fmt: skip
+        check_nonempty(self, "adaptive_solvers")
+        check_choices(self, "adaptive_solvers", ADAPTIVE_SOLVERS)
+        check(self, "adaptive_solvers", len(set(self.adaptive_solvers)) == len(self.adaptive_solvers),
+              "distinct names")  # fmt: skip
         check(self, "num_layers", self.num_layers % 2 == 0, "an even number (the compression "
               "halves the layers)")  # fmt: skip
         check(self, "steps_per_layer", self.steps_per_layer == 1,
@@ -131,7 +153,8 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
 
 run_identity = T.fingerprint
 """What makes two runs of this study the same run: the fields that decide the trained
-trajectories (not `tolerances`, `adaptive_margin`, `timing_repeats` or the certificate's)."""
+trajectories (not `tolerances`, `adaptive_solvers`, `adaptive_margin`, `timing_repeats` or
+the certificate's)."""
 
 
 def smoke_config() -> Config:
@@ -162,8 +185,9 @@ class Results:
     """(recipe,): dicts: half steps (2 → 1 step per layer) and half basis (`coarsen_depth`):
     accuracies, median seconds of the held-out solve, time ratios."""
     adaptive: list
-    """(recipe,): dicts: per tolerance the `AdaptiveAccuracy.to_dict()`; fixed-grid evaluations
-    and accuracies; the cheapest equally accurate fixed grid and tolerance."""
+    """(recipe,): dicts: per solver and tolerance the `AdaptiveAccuracy.to_dict()` (with
+    `whole_layer_steps`: every step was the whole layer); fixed-grid evaluations and
+    accuracies; the cheapest equally accurate fixed grid and adaptive solve."""
     wall_time_s: float
 
 
@@ -184,13 +208,31 @@ def _compression(model, test, repeats: int) -> dict:
     }  # fmt: skip
 
 
-def _adaptive(model, test, accuracy_by_factor, tolerances, margin: float) -> dict:
+def _whole_layer_evaluations(solver, layers: int) -> int | None:
+    """Field evaluations of one step per layer on every layer (each layer's first step pays
+    every stage, FSAL or not): the solver on a fixed grid of one step per layer; None for a
+    solver without a Butcher tableau."""
+    tableau = getattr(solver, "tableau", None)
+    return None if tableau is None else layers * (len(tableau.c) + 1)
+
+
+def _adaptive(model, test, accuracy_by_factor, tolerances, margin: float,
+              solvers=("heun", "bosh3")) -> dict:  # fmt: skip
     layers = model.transformer.num_layers
     fixed_evals = [k * layers for k in FACTORS]  # Lie: each operator once per step
     reference = accuracy_by_factor[-1]
     ok = [i for i, a in enumerate(accuracy_by_factor) if abs(a - reference) <= margin]
     cheapest_fixed = fixed_evals[min(ok)] if ok else None
-    runs = [wbc.adaptive_accuracy(model, test, rtol=t, atol=t).to_dict() for t in tolerances]
+    runs = []
+    for name in solvers:
+        solver = ODE_SOLVERS[name]
+        whole = _whole_layer_evaluations(solver, layers)
+        for t in tolerances:
+            run = wbc.adaptive_accuracy(model, test, solver=solver, rtol=t, atol=t).to_dict()
+            run["whole_layer_steps"] = bool(
+                run["min_evaluations"] == run["max_evaluations"] == whole
+            )
+            runs.append(run)
     good = [r for r in runs if abs(r["accuracy"] - reference) <= margin]
     best = min(good, key=lambda r: r["mean_evaluations"]) if good else None
     ratio = (best["mean_evaluations"] / cheapest_fixed
@@ -233,7 +275,8 @@ def compute(config: Config, *, run_dir=None) -> Results:
             rows["time"].append(T.training_seconds(trained, results))
             rows["compression"].append(_compression(model, task.test, config.timing_repeats))
             rows["adaptive"].append(_adaptive(model, task.test, acc, config.tolerances,
-                                              config.adaptive_margin))  # fmt: skip
+                                              config.adaptive_margin,
+                                              config.adaptive_solvers))  # fmt: skip
     return Results(
         config=config,
         accuracy=np.asarray(rows["acc"], float),
@@ -312,14 +355,16 @@ def report(results: Results) -> str:
         h, b = r.compression[i]["half_steps"], r.compression[i]["half_basis"]
         crows.append((name, f"{h['points_lost']:+.2f}", f"{h['speedup']:.2f}×",
                       f"{b['points_lost']:+.2f}", f"{b['speedup']:.2f}×"))  # fmt: skip
-    ahead = ["recipe", "tolerance", "accuracy", "evaluations per example (mean ± std, range)"]
+    ahead = ["recipe", "solver", "tolerance", "accuracy",
+             "evaluations per example (mean ± std, range)"]  # fmt: skip
     arows, lines = [], []
     for i, name in enumerate(c.recipes):
         a = r.adaptive[i]
         for run in a["runs"]:
-            arows.append((name, f"{run['rtol']:g}", f"{100 * run['accuracy']:.2f} %",
+            arows.append((name, run["solver"], f"{run['rtol']:g}", f"{100 * run['accuracy']:.2f} %",
                           f"{run['mean_evaluations']:.1f} ± {run['std_evaluations']:.1f} "
-                          f"({run['min_evaluations']}–{run['max_evaluations']})"))  # fmt: skip
+                          f"({run['min_evaluations']}–{run['max_evaluations']})"
+                          + (" (one step per layer)" if run.get("whole_layer_steps") else "")))  # fmt: skip
         best = a["cheapest_adaptive"]
         lines.append(
             f"- {name}: 16× grid {100 * a['reference_accuracy']:.2f} %; cheapest fixed grid "
@@ -329,7 +374,12 @@ def report(results: Results) -> str:
             + (
                 "none"
                 if best is None
-                else f"{best['mean_evaluations']:.1f} (rtol {best['rtol']:g})"
+                else f"{best['mean_evaluations']:.1f} ({best['solver']}, rtol {best['rtol']:g}"
+                + (
+                    ", every step the whole layer: a fixed one-step grid of that solver)"
+                    if best.get("whole_layer_steps")
+                    else ")"
+                )
             )
             + f"; ratio {_fmt(a['evaluations_ratio'])}."
         )
@@ -337,7 +387,8 @@ def report(results: Results) -> str:
         [
             f"Digits, {c.d}-wide pre-norm equation, {c.num_layers} layers, {c.epochs} epochs, "
             f"seed {c.seed}; multi-resolution draws {list(c.resolutions)} steps per layer, "
-            f"λ_K = {c.kinetic:g} where the recipe has a kinetic cost. Held-out accuracy (450 "
+            f"λ_K = {c.kinetic:g} and λ_s = {c.smoothness:g} where the recipe has those costs. "
+            "Held-out accuracy (450 "
             "images) at k× the model's own steps per layer (its training scheme):",
             "",
             markdown_table(head, rows),
@@ -346,7 +397,7 @@ def report(results: Results) -> str:
             "",
             markdown_table(chead, crows),
             "",
-            "Adaptive inference (Bosh3, PID controller; one field evaluation = attention and "
+            "Adaptive inference (PID controller; one field evaluation = attention and "
             "feed-forward once; a Lie step per layer is one):",
             "",
             markdown_table(ahead, arows),
@@ -377,9 +428,11 @@ def figures(results: Results) -> dict:
         a = r.adaptive[i]
         ax2.plot(a["fixed_evaluations"], 100 * np.asarray(a["fixed_accuracy"]), "o-",
                  color=f"C{i}", label=f"{name}, fixed Lie grids")  # fmt: skip
-        ax2.plot([x["mean_evaluations"] for x in a["runs"]],
-                 [100 * x["accuracy"] for x in a["runs"]], "^--", color=f"C{i}",
-                 label=f"{name}, adaptive (Bosh3)")  # fmt: skip
+        for j, solver in enumerate(c.adaptive_solvers):
+            runs = [x for x in a["runs"] if x["solver"] == type(ODE_SOLVERS[solver]).__name__]
+            ax2.plot([x["mean_evaluations"] for x in runs], [100 * x["accuracy"] for x in runs],
+                     "^v<>sd"[j % 6] + "--", color=f"C{i}",
+                     label=f"{name}, adaptive ({solver})")  # fmt: skip
     ax2.set_xscale("log", base=2)
     ax2.set(xlabel="field evaluations per example", ylabel="held-out accuracy (%)",
             title="adaptive against fixed grids")  # fmt: skip

@@ -69,7 +69,7 @@ SUMMARY = (
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(kinetic=0.05)
+@defaults(kinetic=0.05, smoothness=0.1)
 class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     resolutions: tuple[int, ...] = (1, 2, 4)
     """Steps per layer drawn (uniformly) for each batch by the multi-resolution recipe."""

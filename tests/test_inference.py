@@ -117,6 +117,10 @@ def test_continuous_depth_config_errors_name_the_field():
         CD.Config(resolutions=(0, 2))
     with pytest.raises(ConfigError, match="tolerances"):
         CD.Config(tolerances=(2.0,))
+    with pytest.raises(ConfigError, match=r"adaptive_solvers=\('euler',\).*'heun'"):
+        CD.Config(adaptive_solvers=("euler",))  # no error estimate
+    with pytest.raises(ConfigError, match="adaptive_solvers"):
+        CD.Config(adaptive_solvers=("heun", "heun"))
     # every recipe is a train-digits config with the recipe's fields
     c = CD.Config(kinetic=0.02)
     assert c.digits_config("one-step").kinetic == 0.0
@@ -137,3 +141,24 @@ def test_compression_numbers_are_those_of_the_models_they_name(getkey, rng):
     assert h["points_lost"] == pytest.approx(100 * (h["accuracy_from"] - h["accuracy_to"]))
     assert h["speedup"] == pytest.approx(h["seconds_from"] / h["seconds_to"])
     assert b["layers_to"] == 1
+
+
+def test_adaptive_rows_per_solver_and_the_cheapest_accurate_one(getkey, rng):
+    """`_adaptive` solves with each named solver at each tolerance: at a loose tolerance every
+    step is the whole layer (Heun 2, Bosh3 4 evaluations per layer, flagged as such), the
+    accuracies are `adaptive_accuracy`'s, and the cheapest adaptive solve within the margin of
+    the 16x grid is the cheapest such row, its ratio to the cheapest accurate fixed Lie grid
+    computed from the rows."""
+    m, data = _model(getkey, layers=2), tiny_data(rng, n=24)
+    by_factor = [wbc.evaluate(m.rediscretize(None, k), data) for k in CD.FACTORS]
+    out = CD._adaptive(m, data, by_factor, (1e3,), margin=1.0, solvers=("heun", "bosh3"))
+    heun, bosh3 = out["runs"]
+    assert (heun["solver"], bosh3["solver"]) == ("Heun", "Bosh3")
+    assert heun["mean_evaluations"] == 2 * 2 and bosh3["mean_evaluations"] == 4 * 2
+    assert heun["whole_layer_steps"] and bosh3["whole_layer_steps"]
+    expected = wbc.adaptive_accuracy(m, data, solver=diffrax.Heun(), rtol=1e3, atol=1e3)
+    assert heun["accuracy"] == expected.accuracy
+    # margin 1.0: every grid and row counts as accurate, so the cheapest of each is chosen
+    assert out["cheapest_fixed_evaluations"] == 1 * 2
+    assert out["cheapest_adaptive"] == heun
+    assert out["evaluations_ratio"] == pytest.approx(4 / 2)

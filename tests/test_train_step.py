@@ -212,6 +212,38 @@ def test_multi_resolution_solves_each_batch_at_the_drawn_step_count(getkey, rng)
     assert multi.cost == pytest.approx(0.5 * 1 + 0.25 * 2 + 0.25 * 4)
 
 
+def test_a_coarse_basis_draw_is_the_gradient_of_the_coarsened_model(getkey, rng):
+    """`MultiResolution((1,), coarsen=(2,))`: on a step that draws the coarse basis, the
+    direction is the gradient (1e-12) of `θ ↦ J(coarsen_depth(θ, 2))` taken by autodiff
+    through the projection (an independent oracle of the mapped-back direction), with all
+    control costs on; the cost counts the coarse draw as half a step per layer."""
+    model, data = tiny_model(getkey(), layers=4), tiny_data(rng, n=24)
+    multi = wbc.MultiResolution((1,), (0.5, 0.5), coarsen=(2,))
+    objective = wbc.Objective(wbc.CrossEntropy(), wbc.KineticEnergy(0.1),
+                              (wbc.ControlNorm(1e-3), wbc.ControlSmoothness(0.1)))  # fmt: skip
+    step = _step(discretization=multi, objective=objective)
+    xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
+    key = jax.random.key(2)
+    draws = [int(multi.index(jax.random.fold_in(jax.random.fold_in(key, s), 1), s))
+             for s in range(20)]  # fmt: skip
+    s = draws.index(1)  # the first step that draws the coarse basis
+    (value, _), direction = step.value_and_direction(model, (xs, ys), key, jnp.asarray(s))
+
+    @eqx.filter_value_and_grad(has_aux=True)
+    def oracle(m):
+        return objective(wbc.coarsen_depth(m, 2), xs, ys, {})
+
+    (expected, _), grad = oracle(model)
+    assert float(value) == pytest.approx(float(expected), rel=1e-12)
+    chex.assert_trees_all_close(eqx.filter(direction, eqx.is_inexact_array),
+                                eqx.filter(grad, eqx.is_inexact_array), rtol=1e-12,
+                                atol=1e-14)  # fmt: skip
+    assert direction.transformer.num_layers == 4
+    assert multi.cost == pytest.approx(0.5 * 1 + 0.5 * 0.5)
+    with pytest.raises(ValueError, match=r"coarsen=\(3,\): factor\(s\) \[3\] do not divide"):
+        wbc.MultiResolution((1,), coarsen=(3,)).candidates(model)
+
+
 def test_one_resolution_at_the_models_own_step_count_is_the_plain_step(getkey, rng):
     model, data = tiny_model(getkey(), steps_per_layer=2), tiny_data(rng, n=24)
     plain = wbc.train(_step(), model, data, steps=4, batch_size=BATCH, progress=False)
@@ -240,6 +272,9 @@ def test_the_training_discretization_is_part_of_the_runs_identity(getkey, rng, t
         ({"steps_per_layer": (1, 2), "probabilities": (0.5, 0.6)}, "summing to 1"),
         ({"steps_per_layer": (1, 2), "probabilities": (1.0,)}, "one per entry"),
         ({"steps_per_layer": (1, 2), "scheme": "strang"}, "splitting scheme object"),
+        ({"steps_per_layer": (1,), "coarsen": (1,)}, r"coarsen=\(1,\) must be .* >= 2"),
+        ({"steps_per_layer": (1,), "coarsen": (2, 2)}, "distinct integers"),
+        ({"steps_per_layer": (1,), "coarsen": (2,), "probabilities": (1.0,)}, "2 positive"),
     ],
 )
 def test_bad_multi_resolution_is_refused_naming_the_field(kwargs, match):
@@ -247,3 +282,15 @@ def test_bad_multi_resolution_is_refused_naming_the_field(kwargs, match):
         wbc.MultiResolution(**kwargs)
     with pytest.raises(ValueError, match="TrainStep.discretization"):
         _step(discretization="multi")
+
+
+def test_coarse_basis_draws_enter_the_fingerprint_only_when_asked_for():
+    """`coarsen` was added after runs were written: at its default it is left out of the run's
+    fingerprint (so those runs still resume), and any other value is recorded."""
+    from workbench.control._checkpoint import describe
+
+    plain = describe(wbc.MultiResolution((1, 2, 4)))
+    coarse = describe(wbc.MultiResolution((1, 2, 4), coarsen=(2,)))
+    assert "coarsen" not in plain
+    assert coarse["coarsen"] == [2]
+    assert {k: v for k, v in coarse.items() if k != "coarsen"} == plain

@@ -148,11 +148,12 @@ def test_weights_that_are_no_run_are_refused(tmp_path):
 
 @pytest.mark.slow
 def test_a_network_trained_at_one_lie_step_per_layer_is_not_consistent(tmp_path):
-    """Today's training (`--depth fixed --kinetic 0`: every batch at one Lie–Trotter step per
-    layer) leans on its grid: the certificate measures the accuracy moving under refinement,
+    """Today's training (`--depth fixed --kinetic 0 --smoothness 0`: every batch at one
+    Lie–Trotter step per layer) leans on its grid: the certificate measures the accuracy moving under refinement,
     says `consistent: false` with that spread, and the verdict is "No"."""
     out = tmp_path / "lie1"
-    done = study_cli("train-digits", out, "--depth", "fixed", "--kinetic", "0")
+    done = study_cli("train-digits", out, "--depth", "fixed", "--kinetic", "0",
+                     "--smoothness", "0")  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     cert = json.loads((out / "certificate.json").read_text())
     acc = cert["accuracy"]

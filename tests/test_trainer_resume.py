@@ -399,6 +399,7 @@ ANALYSIS_CHANGES = {
         "target_accuracy": 0.6,
         "max_spread": 0.02,
         "tolerances": (0.5,),
+        "adaptive_solvers": ("bosh3",),
         "adaptive_margin": 0.01,
         "timing_repeats": 2,
     },

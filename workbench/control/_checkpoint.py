@@ -151,7 +151,7 @@ def describe(value, *, array_values: bool = True, _depth: int = 0):
     `array_values` (or for a non-floating array: indices, masks), also their values (up to 16
     entries) or a SHA-256 of them (larger). `array_values=False` describes a model's parameters
     by structure only. Object addresses never appear (a default `repr` would differ between
-    processes)."""
+    processes). A class's `_fingerprint_optional` names fields left out at their default."""
     import jax
 
     if _depth > 32:  # a self-referencing closure or structure
@@ -181,7 +181,14 @@ def describe(value, *, array_values: bool = True, _depth: int = 0):
     if isinstance(value, eqx.Module) or (
         dataclasses.is_dataclass(value) and not isinstance(value, type)
     ):
-        fields = {f.name: deeper(getattr(value, f.name, None)) for f in dataclasses.fields(value)}
+        # Fields a class added later (`_fingerprint_optional`) are left out at their default, so
+        # that a run written before the field existed still resumes.
+        optional = getattr(type(value), "_fingerprint_optional", ())
+        fields = {
+            f.name: deeper(getattr(value, f.name, None))
+            for f in dataclasses.fields(value)
+            if not (f.name in optional and getattr(value, f.name, None) == f.default)
+        }
         return {"type": _qualname(type(value)), **fields}
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple (optax states)
         return {

@@ -8,15 +8,20 @@ at several step counts, one drawn for every batch, makes the loss an average ove
 discretizations of one equation, so the controls that minimize it give a flow whose solutions
 at those step counts, and in the limit, agree.
 
-A training discretization is a static list of candidates `(scheme, steps_per_layer)` and, for
-every step, the index of the one to use, drawn from the step's key (so a resumed run draws the
-same ones). `TrainStep` solves the batch with that candidate (a `lax.switch` over the
+A training discretization is a static list of candidates `(scheme, steps_per_layer, coarsen)`
+and, for every step, the index of the one to use, drawn from the step's key (so a resumed run
+draws the same ones). `TrainStep` solves the batch with that candidate (a `lax.switch` over the
 candidates: one compiled branch each, one executed per step) and maps the direction back onto
-the model, which keeps its own discretization.
+the model, which keeps its own discretization. A candidate with `coarsen = f > 1` solves the
+model with its controls projected onto `L / f` layers (`coarsen_depth`: the mean of each run of
+`f` layers); its direction, shaped like the coarse model, is mapped back by the adjoint of that
+mean (each coarse layer's direction repeated on its `f` layers, divided by `f`), which for a
+gradient method is the exact gradient of `θ ↦ J(coarsen(θ))`.
 """
 
 import abc
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -54,6 +59,38 @@ def with_discretization(tree, scheme: AbstractSplittingScheme | None, steps_per_
     return jax.tree.map(swap, tree, is_leaf=lambda x: isinstance(x, Transformer))
 
 
+def _on_transformers(tree, fn):
+    """`tree` with `fn` applied to every `Transformer` in it."""
+    is_transformer = lambda x: isinstance(x, Transformer)
+    return jax.tree.map(lambda x: fn(x) if is_transformer(x) else x, tree, is_leaf=is_transformer)
+
+
+def coarsened(tree, factor: int):
+    """`tree` (a model) with every `Transformer`'s controls projected onto `L / factor` layers
+    (`coarsen_depth`; `factor = 1`: unchanged)."""
+    if factor == 1:
+        return tree
+    from ._models import coarsen_depth
+
+    return _on_transformers(tree, lambda t: coarsen_depth(t, factor))
+
+
+def refined_adjoint(tree, factor: int):
+    """The adjoint of `coarsened` on a direction shaped like the coarse model: every control's
+    direction repeated on the `factor` fine layers of its coarse layer and divided by `factor`
+    (the mean's transpose)."""
+    if factor == 1:
+        return tree
+    from ._models import _map_controls
+
+    def spread(c):
+        fine = c.refine(factor)
+        values = jax.tree.map(lambda x: x / factor if eqx.is_inexact_array(x) else x, fine.values)
+        return type(fine)(values, fine.piece_length)
+
+    return _on_transformers(tree, lambda t: _map_controls(t, spread))
+
+
 def own_discretization(model) -> tuple[AbstractSplittingScheme, int]:
     found = _transformers(model)
     if len(found) != 1:
@@ -68,9 +105,10 @@ class AbstractTrainingDiscretization(eqx.Module):
     """Which discretization a training step solves (see the module docstring)."""
 
     @abc.abstractmethod
-    def candidates(self, model) -> tuple[tuple[AbstractSplittingScheme, int], ...]:
-        """The `(scheme, steps_per_layer)` pairs a step may solve, for `model` (static); `None`
-        for the model as it is."""
+    def candidates(self, model) -> tuple[tuple[AbstractSplittingScheme, int, int] | None, ...]:
+        """The `(scheme, steps_per_layer, coarsen)` a step may solve, for `model` (static):
+        `coarsen = f` solves the controls projected onto `L / f` layers (1: the layers as they
+        are); `None` for the model as it is."""
 
     @abc.abstractmethod
     def index(self, key: PRNGKeyArray, step: Int[Array, ""]) -> Int[Array, ""]:
@@ -99,12 +137,21 @@ class MultiResolution(AbstractTrainingDiscretization):
     every drawn step count, so their flow does not lean on one grid. A step costs the drawn
     `k`'s solve: $\sum_k p_k k$ relative steps per layer on average (`cost`).
 
+    With `coarsen = (f, ...)` the draws also include, for each `f`, the controls projected onto
+    `L / f` layers (`coarsen_depth`, the mean of each run of `f` layers) solved with one step per
+    coarse layer: the objective then also asks that the network keep its accuracy on half
+    (`f = 2`) its basis and steps, so that it can be compressed that way after training. Such a
+    draw costs `1 / f` steps per layer.
+
     **Arguments:**
 
     - `steps_per_layer`: the step counts to draw from (distinct positive integers, e.g.
       `(1, 2, 4)`).
-    - `probabilities`: one per entry, positive, summing to 1 (default: uniform).
+    - `probabilities`: one per draw (the entries of `steps_per_layer`, then those of
+      `coarsen`), positive, summing to 1 (default: uniform).
     - `scheme`: the splitting scheme of every draw, or None for the model's own.
+    - `coarsen`: depth factors of coarse-basis draws (distinct integers ≥ 2, each dividing the
+      model's layer count; piecewise-constant controls), or `()` for none.
 
     ```python
     step = wbc.TrainStep(optimizer, discretization=wbc.MultiResolution((1, 2, 4)))
@@ -114,6 +161,9 @@ class MultiResolution(AbstractTrainingDiscretization):
     steps_per_layer: tuple[int, ...] = eqx.field(static=True)
     probabilities: tuple[float, ...] | None = eqx.field(static=True, default=None)
     scheme: AbstractSplittingScheme | None = None
+    coarsen: tuple[int, ...] = eqx.field(static=True, default=())
+    _fingerprint_optional: ClassVar[tuple[str, ...]] = ("coarsen",)
+    # (added after runs were written: left out of a run's fingerprint while empty)
 
     def __check_init__(self):
         ks = self.steps_per_layer
@@ -127,18 +177,30 @@ class MultiResolution(AbstractTrainingDiscretization):
                 f"MultiResolution.steps_per_layer={ks!r} must be a non-empty tuple of distinct "
                 "positive integers, e.g. (1, 2, 4)."
             )
+        fs = self.coarsen
+        if (
+            not isinstance(fs, tuple)
+            or not all(is_int(f) and f >= 2 for f in fs)
+            or len(set(fs)) != len(fs)
+        ):
+            raise ValueError(
+                f"MultiResolution.coarsen={fs!r} must be a tuple of distinct integers >= 2 "
+                "(depth factors, e.g. (2,)), or () for no coarse-basis draws."
+            )
         p = self.probabilities
+        n = len(ks) + len(fs)
         if p is not None:
             ok = (
                 isinstance(p, tuple)
-                and len(p) == len(ks)
+                and len(p) == n
                 and all(isinstance(q, (int, float)) and math.isfinite(q) and q > 0 for q in p)
                 and abs(sum(p) - 1) <= 1e-9
             )
             if not ok:
                 raise ValueError(
-                    f"MultiResolution.probabilities={p!r} must be a tuple of {len(ks)} positive "
-                    "numbers (one per entry of steps_per_layer) summing to 1, or None (uniform)."
+                    f"MultiResolution.probabilities={p!r} must be a tuple of {n} positive "
+                    "numbers (one per entry of steps_per_layer, then of coarsen) summing to 1, "
+                    "or None (uniform)."
                 )
         if self.scheme is not None and not isinstance(self.scheme, AbstractSplittingScheme):
             raise ValueError(
@@ -147,23 +209,38 @@ class MultiResolution(AbstractTrainingDiscretization):
             )
 
     @property
+    def draws(self) -> tuple[tuple[int, int], ...]:
+        """`(steps_per_layer, coarsen)` of every draw, in the order of `probabilities`."""
+        return tuple((int(k), 1) for k in self.steps_per_layer) + tuple(
+            (1, int(f)) for f in self.coarsen
+        )
+
+    @property
     def weights(self) -> np.ndarray:
-        n = len(self.steps_per_layer)
+        n = len(self.draws)
         return np.full(n, 1 / n) if self.probabilities is None else np.asarray(self.probabilities)
 
     def candidates(self, model):
         own, _ = own_discretization(model)
+        layers = _transformers(model)[0].num_layers
+        bad = [f for f in self.coarsen if layers % f]
+        if bad:
+            raise ValueError(
+                f"MultiResolution.coarsen={self.coarsen!r}: factor(s) {bad} do not divide the "
+                f"model's {layers} layers; valid: "
+                f"{[f for f in range(2, layers + 1) if layers % f == 0]}."
+            )
         scheme = own if self.scheme is None else self.scheme
-        return tuple((scheme, int(k)) for k in self.steps_per_layer)
+        return tuple((scheme, k, f) for k, f in self.draws)
 
     def index(self, key, step):
         del step
-        n = len(self.steps_per_layer)
+        n = len(self.draws)
         if n == 1:
             return jnp.asarray(0)
         return jax.random.choice(key, n, p=jnp.asarray(self.weights, jnp.float32))
 
     @property
     def cost(self) -> float:
-        """The expected steps per layer of a training step, `Σ_k p_k k`."""
-        return float(np.dot(self.weights, self.steps_per_layer))
+        """The expected steps per (fine) layer of a training step, `Σ p k / f` over the draws."""
+        return float(np.dot(self.weights, [k / f for k, f in self.draws]))

@@ -36,7 +36,9 @@ from jaxtyping import Array, Int, PRNGKeyArray, PyTree
 from ._discretizations import (
     AbstractTrainingDiscretization,
     OwnDiscretization,
+    coarsened,
     own_discretization,
+    refined_adjoint,
     with_discretization,
 )
 from ._gradients import AbstractGradientMethod, DiscretizeThenOptimize
@@ -146,8 +148,10 @@ class TrainStep(eqx.Module):
             def solve(m):
                 if candidate is None:  # the model as it is
                     return self.method.value_and_direction(self.objective, m, xs, ys)
-                trained = with_discretization(m, *candidate)
+                scheme, steps, factor = candidate
+                trained = with_discretization(coarsened(m, factor), scheme, steps)
                 out, direction = self.method.value_and_direction(self.objective, trained, xs, ys)
+                direction = refined_adjoint(direction, factor)
                 return out, with_discretization(direction, *own_discretization(m))
 
             return solve
