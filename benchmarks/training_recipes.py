@@ -184,6 +184,12 @@ def recipes() -> dict:
     return out
 
 
+def _drawn(discretization, i: int) -> int:
+    """The candidate `TrainStep` draws at step `i` (base key 0, as `workbench_step` fixes)."""
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(0), i), 1)
+    return int(discretization.index(key, i))
+
+
 def workbench_step(static, optimizer, objective, discretization):
     """The library's step as `wbc.train` runs it: a function of arrays (parameters, optimizer
     state, batch, step index) for `jax.jit`; the base key fixed."""
@@ -209,18 +215,17 @@ def main(cfg: Config, out_path: str) -> dict:
     ys = jnp.asarray(rng.integers(0, 10, cfg.batch), jnp.int32)
     optimizer = wbc.default_optimizer(3e-3, steps=840, warmup=0, weight_decay=0.05, clip=1.0)
 
-    lines, draws = {}, {}
+    lines, draws, coarse_draws = {}, {}, []
     for name, (objective, disc, scheme, k) in recipes().items():
         model = base.rediscretize(scheme, k)
         params, static = eqx.partition(model, eqx.is_inexact_array)
         fn, step = workbench_step(static, optimizer, objective, disc)
         lines[name] = (jax.jit(fn), params, optimizer.init(params), "index")
         if name == "multi_resolution":
-            draws = [
-                int(disc.index(jax.random.fold_in(jax.random.fold_in(jax.random.key(0), i), 1), i))
-                for i in range(cfg.steps_per_round)
-            ]
+            draws = [_drawn(disc, i) for i in range(cfg.steps_per_round)]
             mr_step, mr_model = step, model
+        if name == "multi_resolution_coarsen":  # (steps per layer, coarsening) of each draw
+            coarse_draws = [disc.draws[_drawn(disc, i)] for i in range(cfg.steps_per_round)]
 
     plain = plain_from_workbench(base, scfg)
     p_params, p_static = eqx.partition(plain, eqx.is_array)
@@ -286,6 +291,7 @@ def main(cfg: Config, out_path: str) -> dict:
         "environment": environment(),
         "checks": checks,
         "draws_per_round": [RESOLUTIONS[b] for b in draws],
+        "draws_per_round_coarsen": [list(d) for d in coarse_draws],
         "first_call_s": first,
         "per_step": per_step,
         "ratio_to_lie_1": ratios,

@@ -2,6 +2,8 @@
 the NaN guard stops (naming the step and the arrays) or skips; a gradient method brings its own
 update rule; callbacks see every logged row and can be added to the standard ones."""
 
+import json
+
 import chex
 import equinox as eqx
 import jax
@@ -294,3 +296,26 @@ def test_coarse_basis_draws_enter_the_fingerprint_only_when_asked_for():
     assert "coarsen" not in plain
     assert coarse["coarsen"] == [2]
     assert {k: v for k, v in coarse.items() if k != "coarsen"} == plain
+
+
+def test_a_multi_resolution_run_folder_without_coarsen_resumes_exactly(getkey, rng, tmp_path):
+    """End to end: a multi-resolution run folder whose fingerprint has no `coarsen` entry (as
+    every folder written before the field existed) resumes from its last checkpoint to the
+    uninterrupted run's parameters bit for bit, and asking for coarse-basis draws on it is
+    refused naming the field."""
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+    multi = wbc.MultiResolution((1, 2))
+    kwargs = dict(steps=STEPS, batch_size=BATCH, progress=False, checkpoint_every=4)
+    full = wbc.train(_step(discretization=multi), model, data, **kwargs)
+    wbc.train(_step(discretization=multi), model, data, run_dir=tmp_path, **kwargs)
+    identity = json.loads((tmp_path / "checkpoints" / "fingerprint.json").read_text())
+    written = identity["trainer"]["discretization"]
+    assert written["type"].endswith("MultiResolution") and "coarsen" not in written
+    for p in (tmp_path / "checkpoints").glob(f"step-{STEPS:08d}.*"):
+        p.unlink()
+    with pytest.raises(wbc.CheckpointMismatch, match="coarsen"):
+        wbc.train(_step(discretization=wbc.MultiResolution((1, 2), coarsen=(2,))), model, data,
+                  run_dir=tmp_path, **kwargs)  # fmt: skip
+    again = wbc.train(_step(discretization=multi), model, data, run_dir=tmp_path, **kwargs)
+    assert again.resumed_from == 4
+    assert again.params_sha256 == full.params_sha256
