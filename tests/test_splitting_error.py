@@ -139,6 +139,34 @@ def test_network_steps_match_integrate(rng, scheme):
     np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_all_methods_share_one_compiled_local_error_map(rng, placement):
+    """`local_errors` writes every method as a stage table (`_table_plan`): Lie, Strang,
+    Yoshida4, Suzuki4 with RK4 sub-flows and the unsplit RK4 compile `_local` once per equation
+    structure, not once per scheme, and each equals the scheme's own step map
+    (`splitting_step`, `workbench.step` with the same sub-flows) minus the exact step to 1e-13."""
+    from workbench.analysis._splitting_errors import _local
+
+    pre = _pre_norm(rng)
+    eq = pre if placement == "pre" else _post_norm(pre)
+    u = jnp.asarray(rng.standard_normal((4, 8)))
+    if placement == "post":  # the projected ODE starts on S (local_errors projects first)
+        u = eq.operators[0].projection.evaluate(0.0)(u)
+    taus = (0.5, 0.25, 0.125)
+    before = _local._cached._cache_size()
+    for method in (S.LieTrotter(), S.Strang(), S.Yoshida4(), S.Suzuki4(), RK4):
+        sub = {} if isinstance(method, S.RK4) else dict(subflow_solver=RK4, subflow_substeps=4)
+        got = wba.local_errors(eq, u, taus, method, reference_substeps=16, **sub)
+        local = eq.localize(0)
+        want = [
+            wba.splitting_step(local, u, tau, method, **sub)
+            - wba.exact_step(local, u, tau, substeps=16)
+            for tau in taus
+        ]
+        np.testing.assert_allclose(got, np.stack(want), rtol=0, atol=1e-13)
+    assert _local._cached._cache_size() - before <= 1  # 0 if another test compiled it
+
+
 # ----------------------------------------------------------------------------------------------
 # Observed orders (local slopes and global orders), pre-norm and post-norm
 

@@ -238,14 +238,13 @@ def _onto_constraint(equation: Equation, u, t=0.0):
 
 
 class _Plan(eqx.Module):
-    """An unsplit step as data: a padded table of stages `(k, a, substeps)`, applied left to
-    right (splitting schemes use their own step map, `workbench.step`).
+    """A step as data: a padded table of stages `(k, a, substeps)`, applied left to right.
 
-    `k < M`: the sub-flow of operator `k` over `aτ` by `substeps` steps of `rk` (then the
+    `k < M`: the sub-flow of operator `k` over `aτ` by `substeps` steps of `rk` (then its
     projection, for post-norm); `k = M`: identity (padding); `k = M + 1`: `substeps` steps of `rk`
     on the full field over `aτ` (post-norm: on the tangent field, projecting after every step).
-    The table is traced, so the unsplit methods and the exact flow share one compiled program
-    per `rk`.
+    The table is traced, so every method written as a table (`_table_plan`) and the exact flow
+    share one compiled program per `rk`.
     """
 
     ks: jax.Array
@@ -283,6 +282,21 @@ def _method_plan(method, num_operators: int, solver, substeps: int) -> "_Plan | 
     return _SchemeStep(method, solver, substeps)
 
 
+def _table_plan(method, num_operators: int, solver, substeps: int) -> _Plan:
+    """`method` as a stage table, for an equation with constant controls (one layer,
+    `Equation.localize`), where a splitting step is its sub-flows alone: the stages `(k, a)` of a
+    splitting scheme, each solved by `substeps` steps of `solver` (default: of the scheme's
+    inner method), as `workbench.step` solves them; an unsplit method is one step of the full
+    field. Lie, Strang, the compositions, the unsplit RK4 and the exact flow then compile once
+    together (one `rk`), not once per scheme. (With time-dependent controls a splitting step
+    also advances the clock between sub-flows: `splitting_step` keeps the scheme's own map.)"""
+    if isinstance(method, AbstractExplicitRK):
+        return _plan([(num_operators + 1, 1.0, 1)], num_operators, method)
+    rk = method.inner if solver is None else solver
+    stages = [(k, a, substeps) for k, a in method.stages(num_operators)]
+    return _plan(stages, num_operators, rk)
+
+
 def _exact_plan(num_operators: int, substeps: int) -> _Plan:
     return _plan([(num_operators + 1, 1.0, substeps)], num_operators, RK4())
 
@@ -311,11 +325,17 @@ def _step(equation: Equation, u, tau, plan, t, mask):
         )
     post = _post_projection(equation, t)
     fields = operator_fields(equation, t, mask=mask)
+    post_norm = isinstance(equation.placement, PostNorm)
+    # Post-norm: each sub-flow ends with its own operator's projection (`PostNorm.subflow`).
+    projections = [
+        op.projection.evaluate(t) if post_norm and op.projection is not None else None
+        for op in equation.operators
+    ]
 
-    def subflow(field):
+    def subflow(field, proj):
         def branch(v, h, m):
             v = _rk_steps(plan.rk, field, v, h, m)
-            return v if post is None else post(v)
+            return v if proj is None else proj(v)
 
         return branch
 
@@ -325,7 +345,7 @@ def _step(equation: Equation, u, tau, plan, t, mask):
         field = lambda w: post.tangent(w, equation.vector_field(t, w, mask))
         return _rk_steps(plan.rk, field, v, h, m, after=post)
 
-    branches = [subflow(f) for f in fields] + [lambda v, h, m: v, full]
+    branches = [subflow(f, p) for f, p in zip(fields, projections)] + [lambda v, h, m: v, full]
     fracs = plan.fracs.astype(u.dtype)
 
     def body(i, v):

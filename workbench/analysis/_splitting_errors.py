@@ -25,9 +25,9 @@ from ._splitting import (
     _check_positive_int,
     _check_subflow_solver,
     _exact_plan,
-    _method_plan,
     _onto_constraint,
     _step,
+    _table_plan,
 )
 
 __all__ = [
@@ -93,7 +93,7 @@ def local_errors(
     check_tokens(u, "u")
     taus = _check_taus(taus, "taus")
     num_ops = len(equation.operators)
-    plan = _method_plan(method, num_ops, subflow_solver, m)
+    plan = _table_plan(method, num_ops, subflow_solver, m)
     out = _local(
         equation,
         jnp.asarray(layer),
@@ -162,7 +162,7 @@ def splitting_flow(
     num_ops = len(equation.operators)
     if method is None:
         return _flow(equation, u0, jnp.asarray(1), _exact_plan(num_ops, k), mask)
-    plan = _method_plan(method, num_ops, subflow_solver, m)
+    plan = _table_plan(method, num_ops, subflow_solver, m)
     return _flow(equation, u0, jnp.asarray(k), plan, mask)
 
 
