@@ -1,14 +1,17 @@
 """MkDocs hook: the notebooks in `notebooks/` become pages of the site.
 
 The notebooks are jupytext percent-format `.py` files kept outside `docs/`. This hook adds
-every one that exists to the site's files (as `notebooks/<name>.py`, converted by the
-`mkdocs-jupyter` plugin without executing it) and fills the nav's "Notebooks" section with
-them, sorted by name, so the nav never names a notebook that is not there (`--strict` stays
-clean while notebooks are added or renamed).
+every one that exists to the site's files, converted by the `mkdocs-jupyter` plugin without
+executing it: its executed copy `build/notebooks/<name>.ipynb` (figures and printed numbers,
+written by the test run or `python docs/_notebooks.py`) when that copy was made from the
+current source, else the source `notebooks/<name>.py` (code only). It fills the nav's
+"Notebooks" section with them, sorted by name, so the nav never names a notebook that is not
+there (`--strict` stays clean while notebooks are added or renamed).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -33,13 +36,37 @@ def notebooks() -> list[Path]:
     ]
 
 
+def _executed():
+    """`docs/_notebooks.py` (a sibling file, not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "_notebooks", Path(__file__).with_name("_notebooks.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pages() -> list[tuple[str, Path]]:
+    """`(page source path, its folder)` of every notebook: the executed copy when current."""
+    executed = _executed()
+    out = []
+    for p in notebooks():
+        copy = executed.current_copy(p)
+        out.append(
+            (f"notebooks/{p.stem}.ipynb", copy.parent.parent)
+            if copy
+            else (f"notebooks/{p.name}", ROOT)
+        )
+    return out
+
+
 def on_config(config):
-    pages = [f"notebooks/{p.name}" for p in notebooks()]
+    pages_ = [name for name, _ in pages()]
     nav = config.nav or []
     for i, entry in enumerate(nav):
         if isinstance(entry, dict) and SECTION in entry:
-            if pages:
-                entry[SECTION] = pages
+            if pages_:
+                entry[SECTION] = pages_
             else:
                 del nav[i]
             break
@@ -48,11 +75,11 @@ def on_config(config):
 
 @event_priority(100)  # before mkdocs-jupyter's on_files, which wraps the notebook files
 def on_files(files: Files, config) -> Files:
-    for p in notebooks():
+    for name, folder in pages():
         files.append(
             File(
-                f"notebooks/{p.name}",
-                src_dir=str(ROOT),
+                name,
+                src_dir=str(folder),
                 dest_dir=config.site_dir,
                 use_directory_urls=config.use_directory_urls,
             )

@@ -15,6 +15,25 @@ import pytest
 X64 = os.environ.get("WORKBENCH_X64", "1") != "0"
 jax.config.update("jax_enable_x64", X64)
 
+# JAX's persistent compilation cache, for the test run only (the library never sets it): many
+# tests compile the same programs (a study's smoke run in-process and again through the command
+# line, in another xdist worker), and an executable compiled once is read back from disk. The
+# environment variables carry it into the subprocesses the tests start. The cache key is the
+# program, the jax/jaxlib version and the compile options, so a change of code or version
+# compiles afresh; `rm -rf build/jax-cache` empties it. `WORKBENCH_JAX_CACHE=0` turns it off.
+_CACHE = os.environ.get("WORKBENCH_JAX_CACHE", "")
+if _CACHE != "0":
+    _CACHE = _CACHE or os.path.join(
+        os.path.dirname(os.path.dirname(__file__)), "build", "jax-cache"
+    )
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+    jax.config.update(
+        "jax_persistent_cache_min_compile_time_secs",
+        float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+    )
+
 
 # Module-scoped fixtures that compute a whole study at smoke size (seconds to tens of seconds
 # each). A test that uses one is marked `slow`: `python -m pytest -m "not slow"` is the fast

@@ -55,3 +55,13 @@ def test_mkdocs_build_strict(tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     for page in ("index.html", "api/workbench/index.html", "gallery/index.html"):
         assert (tmp_path / "site" / page).is_file(), page
+    # A notebook run from its current source (`build/notebooks/`, written by the notebook tests)
+    # is shown with its outputs: its page holds its figures. (`.ci/run` checks every notebook
+    # after the test run, when all of them have been run.)
+    spec = importlib.util.spec_from_file_location("_notebooks", ROOT / "docs" / "_notebooks.py")
+    executed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(executed)
+    run = [
+        p.stem for p in sorted((ROOT / "notebooks").glob("[!_]*.py")) if executed.current_copy(p)
+    ]
+    assert executed.pages_without_figures(tmp_path / "site", run) == []
