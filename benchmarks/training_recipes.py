@@ -14,6 +14,9 @@ Recipes (the workbench's `wbc.TrainStep`, called as `wbc.train` calls it, augmen
   coarsen=(2,))`: a fourth candidate, the controls projected onto half the layers);
 - `multi_resolution_k1`, `_k2`, `_k4` — the same objective at one fixed k (each branch of
   the recipe alone, `wbc.MultiResolution((k,))`), whose mean is the recipe's expected cost;
+- `multi_resolution_coarse_branch` — `multi_resolution_coarsen`'s coarse draw alone (the same
+  candidates, the coarse one drawn with probability 1 − 3e-9); with the three above, the mean
+  of its four branches is `multi_resolution_coarsen`'s expected cost per step;
 - `lie_2`, `strang_1` — two of the recipes tried before (`--steps-per-layer 2`, `--scheme
   strang`), kinetic 0.
 
@@ -179,9 +182,17 @@ def recipes() -> dict:
     out["multi_resolution_smooth"] = (smooth, wbc.MultiResolution(RESOLUTIONS), lie, 1)
     coarse = wbc.MultiResolution(RESOLUTIONS, coarsen=(2,))
     out["multi_resolution_coarsen"] = (smooth, coarse, lie, 1)
+    out["multi_resolution_coarse_branch"] = (smooth, COARSE_ONLY, lie, 1)
     out["lie_2"] = (plain, own, lie, 2)
     out["strang_1"] = (plain, own, strang, 1)
     return out
+
+
+COARSE_ONLY = wbc.MultiResolution(
+    RESOLUTIONS, probabilities=(1e-9, 1e-9, 1e-9, 1 - 3e-9), coarsen=(2,)
+)
+"""The coarse-basis branch of `multi_resolution_coarsen` alone: the same candidates, the coarse
+draw with probability 1 − 3e-9 (`main` checks that every timed step draws it)."""
 
 
 def _drawn(discretization, i: int) -> int:
@@ -226,6 +237,9 @@ def main(cfg: Config, out_path: str) -> dict:
             mr_step, mr_model = step, model
         if name == "multi_resolution_coarsen":  # (steps per layer, coarsening) of each draw
             coarse_draws = [disc.draws[_drawn(disc, i)] for i in range(cfg.steps_per_round)]
+        if name == "multi_resolution_coarse_branch":
+            only = {_drawn(disc, i) for i in range(cfg.steps_per_round)}
+            assert only == {len(RESOLUTIONS)}, f"the coarse-only line drew {only}"
 
     plain = plain_from_workbench(base, scfg)
     p_params, p_static = eqx.partition(plain, eqx.is_array)
@@ -285,6 +299,11 @@ def main(cfg: Config, out_path: str) -> dict:
     branch_mean = float(np.mean([med[f"multi_resolution_k{k}"] for k in RESOLUTIONS]))
     drawn_mean = float(np.mean([med[f"multi_resolution_k{RESOLUTIONS[b]}"] for b in draws]))
     ratios = {name: med[name] / med["lie_1"] for name in lines}
+    # the default's expected cost: its four branches (k = 1, 2, 4 and the coarse one), uniform
+    branch_of = {(k, 1): f"multi_resolution_k{k}" for k in RESOLUTIONS}
+    branch_of[(1, 2)] = "multi_resolution_coarse_branch"
+    coarse_mean = float(np.mean([med[n] for n in branch_of.values()]))
+    coarse_drawn_mean = float(np.mean([med[branch_of[tuple(d)]] for d in coarse_draws]))
     result = {
         "benchmark": "training_recipes",
         "config": dataclasses.asdict(cfg),
@@ -307,6 +326,13 @@ def main(cfg: Config, out_path: str) -> dict:
             "mean_of_drawn_branches_s": drawn_mean,
             "expected_steps_per_layer": wbc.MultiResolution(RESOLUTIONS).cost,
         },
+        "multi_resolution_coarsen_vs_branches": {
+            "measured_s": med["multi_resolution_coarsen"],
+            "mean_of_branches_s": coarse_mean,
+            "mean_of_drawn_branches_s": coarse_drawn_mean,
+            "expected_steps_per_layer": wbc.MultiResolution(RESOLUTIONS, coarsen=(2,)).cost,
+            "expected_ratio_to_lie_1": coarse_mean / med["lie_1"],
+        },
         "other_load_fraction": load.fraction,
     }
     rows = [[n, 1e3 * med[n], 1e3 * per_step[n]["iqr_s"], ratios[n], first[n]] for n in lines]
@@ -314,6 +340,11 @@ def main(cfg: Config, out_path: str) -> dict:
     print(
         f"multi_resolution: {1e3 * med['multi_resolution']:.1f} ms/step; mean of its branches "
         f"{1e3 * branch_mean:.1f} ms, of the branches drawn in a round {1e3 * drawn_mean:.1f} ms"
+    )
+    print(
+        f"multi_resolution_coarsen: {1e3 * med['multi_resolution_coarsen']:.1f} ms/step; mean of "
+        f"its four branches {1e3 * coarse_mean:.1f} ms ({coarse_mean / med['lie_1']:.2f}x lie_1), "
+        f"of the branches drawn in a round {1e3 * coarse_drawn_mean:.1f} ms"
     )
     print("workbench / plain:", {k: round(v, 3) for k, v in result["workbench_over_plain"].items()})
     ok = all(c["pass"] for c in checks.values())

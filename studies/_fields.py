@@ -180,6 +180,12 @@ class Depth:
     (`wbc.OwnDiscretization`: how networks are trained, one Lie step per layer by default)."""
     resolutions: tuple[int, ...] = (1, 2, 4)
     """Steps per layer drawn (uniformly) for each batch with depth=multi-resolution."""
+    coarsen: tuple[int, ...] = ()
+    """Depth factors of coarse-basis draws with depth=multi-resolution
+    (`wbc.MultiResolution(coarsen=)`): the controls projected onto `num_layers / f` layers (the
+    mean of each run of `f`) and solved with one step per coarse layer, drawn like one more
+    step count, so that the trained network keeps its accuracy with half (`f = 2`) its layers;
+    empty (`--coarsen ''`): none."""
 
 
 @dataclasses.dataclass(frozen=True)

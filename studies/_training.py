@@ -15,6 +15,7 @@ import numpy as np
 import workbench as wb
 import workbench.analysis as wba
 import workbench.control as wbc
+from workbench._checks import is_int
 
 from ._config import ConfigError, check, check_choices, check_divides, check_positive, check_range
 
@@ -36,16 +37,31 @@ def check_model_fields(config: Any) -> None:
 
 
 DEPTH = {
-    "multi-resolution": lambda config: wbc.MultiResolution(tuple(config.resolutions)),
+    "multi-resolution": lambda config: wbc.MultiResolution(
+        tuple(config.resolutions), coarsen=tuple(getattr(config, "coarsen", ()))
+    ),
     "fixed": lambda config: wbc.OwnDiscretization(),
 }
 """How a training study discretizes depth while training, by the config's `depth`."""
 
 
 def check_depth_fields(config: Any) -> None:
-    """`depth` is a name of `DEPTH`; `resolutions` what `wbc.MultiResolution` accepts."""
+    """`depth` is a name of `DEPTH`; `resolutions` and `coarsen` what `wbc.MultiResolution`
+    accepts, each factor of `coarsen` dividing `num_layers`."""
     check_choices(config, "depth", DEPTH)
     check_resolutions(config)
+    check_coarsen(config)
+
+
+def check_coarsen(config: Any) -> None:
+    """`coarsen` (when the config has it): distinct integers >= 2 dividing `num_layers`."""
+    fs = getattr(config, "coarsen", ())
+    ok = (isinstance(fs, tuple) and all(is_int(f) and f >= 2 for f in fs)
+          and len(set(fs)) == len(fs))  # fmt: skip
+    check(config, "coarsen", ok, "distinct integers >= 2 (depth factors, e.g. 2), or '' for none")
+    bad = [f for f in fs if config.num_layers % f]
+    check(config, "coarsen", not bad,
+          f"factors dividing num_layers={config.num_layers} (not {', '.join(map(str, bad))})")  # fmt: skip
 
 
 def check_resolutions(config: Any) -> None:
@@ -148,6 +164,8 @@ def fingerprint(config: Any) -> dict:
     module = type(config).__module__
     skip = set(LAYOUT_FIELDS) | set(ANALYSIS_FIELDS.get(module, ()))
     fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
+    if fields.get("coarsen") == ():  # added after runs were written: absent while empty
+        del fields["coarsen"]
     if fields.get("plan") is not None:
         plan = read_plan(config)
         text = json.dumps(plan.to_dict(), sort_keys=True)
@@ -293,16 +311,26 @@ def subfolder(run_dir, name: str):
 def solve_seconds(model, xs, repeats: int) -> float:
     """Median warm wall time of the jitted held-out solve of `model` (`vmap` over `xs`), over
     `repeats` runs after one compiling run."""
+    return solve_seconds_side_by_side([model], xs, repeats)[0]
+
+
+def solve_seconds_side_by_side(models, xs, repeats: int) -> list[float]:
+    """Median warm wall times of the jitted held-out solves of `models` (`vmap` over `xs`),
+    timed in interleaved rounds (one run of each model per round, `repeats` rounds after one
+    compiling run each), so that a change of the machine's load between models shows in every
+    model's times alike and their ratios compare like with like."""
     import time
 
-    f = jax.jit(jax.vmap(model))
-    jax.block_until_ready(f(xs))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    fs = [jax.jit(jax.vmap(m)) for m in models]
+    for f in fs:
         jax.block_until_ready(f(xs))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    times = [[] for _ in fs]
+    for _ in range(repeats):
+        for f, t in zip(fs, times):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(xs))
+            t.append(time.perf_counter() - t0)
+    return [float(np.median(t)) for t in times]
 
 
 def training_seconds(trained: wbc.TrainResult, results: Any) -> float:
@@ -391,6 +419,15 @@ def history(rows: list[dict]) -> dict:
     }
 
 
+def order_verdict(cert: dict) -> str:
+    """The words "as expected", "reduced" or "raised": the certificate's observed order against the
+    scheme's, within its `order_tolerance` (certificates written before `order_raised` existed
+    say only whether the order was reduced)."""
+    if cert.get("order_reduced"):
+        return "reduced"
+    return "raised" if cert.get("order_raised") else "as expected"
+
+
 def certificate_lines(cert: dict | None) -> list[str]:
     """The certificate as a markdown table (no lines without one)."""
     from ._report import markdown_table
@@ -413,7 +450,8 @@ def certificate_lines(cert: dict | None) -> list[str]:
     rows += [
         ("discretization", f"{cert['scheme']}, {cert['steps_per_layer']} step(s)/layer"),
         ("max-abs error vs Dopri8 reference", f"{cert['error']:.3g}"),
-        ("observed order (expected)", f"{order} ({cert['expected_order']})"),
+        ("observed order (expected)", f"{order} ({cert['expected_order']} ± "
+         f"{cert.get('order_tolerance', 0.3):g}: {order_verdict(cert)})"),
         ("largest stable step (trained step)",
          f"{cert['largest_stable_step']:.3g} ({cert['step']:.3g})"),
         ("plan holds", plan),

@@ -8,7 +8,8 @@ Recipes (`recipes`; each is `train-digits` with these fields, the rest of the co
 
 - `one-step` — today's networks: every batch at one Lie–Trotter step per layer, no running or
   smoothness cost (`--depth fixed --kinetic 0 --smoothness 0`);
-- `multi-resolution` — every batch solved with k steps per layer drawn from `resolutions`
+- `multi-resolution` — every batch solved with k steps per layer drawn from `resolutions`, or
+  on the controls projected onto `1/f` of the layers for `f` in `coarsen`
   (`wbc.MultiResolution`), the kinetic cost λ_K = `kinetic` and the smoothness cost in depth
   λ_s = `smoothness` (`train-digits`' default);
 - `one-step-kinetic` — one step per layer with λ_K = `kinetic` (the cost alone, λ_s = 0);
@@ -20,7 +21,8 @@ discretization. For each: `wbc.refinement_accuracy` (accuracy at its own discret
 its steps, and with the other scheme at 16×) and its spread, the certificate (float64, on
 `certificate_examples` held-out images: observed order, `consistent`), and
 
-- **compression** (warm, measured): the network solved with 2 steps per layer against 1 step
+- **compression** (warm, measured in interleaved rounds, `timing_repeats` of them): the
+  network solved with 2 steps per layer against 1 step
   (half the steps: accuracy lost and time ratio), and `wbc.coarsen_depth(model, 2)` (half the
   layers' basis, each coarse layer one step of twice the size) against the model at its own
   discretization;
@@ -77,11 +79,12 @@ SUMMARY = (
 )
 
 RECIPES = {
-    "one-step": {"depth": "fixed", "kinetic": 0.0, "smoothness": 0.0},
+    "one-step": {"depth": "fixed", "kinetic": 0.0, "smoothness": 0.0, "coarsen": ()},
     "multi-resolution": {"depth": "multi-resolution"},
-    "one-step-kinetic": {"depth": "fixed", "smoothness": 0.0},
-    "strang": {"depth": "fixed", "kinetic": 0.0, "smoothness": 0.0, "scheme": "strang"},
-}
+    "one-step-kinetic": {"depth": "fixed", "smoothness": 0.0, "coarsen": ()},
+    "strang": {"depth": "fixed", "kinetic": 0.0, "smoothness": 0.0, "scheme": "strang",
+               "coarsen": ()},
+}  # fmt: skip
 """Recipe name -> the `train-digits` fields it sets (the others come from the config)."""
 
 
@@ -105,10 +108,13 @@ FACTORS = (1, 2, 4, 8, 16)
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(kinetic=0.05, smoothness=0.1)
+@defaults(kinetic=0.05, smoothness=0.1, epochs=60)
 class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     resolutions: tuple[int, ...] = (1, 2, 4)
     """Steps per layer drawn (uniformly) for each batch by the multi-resolution recipe."""
+    coarsen: tuple[int, ...] = (2,)
+    """Depth factors of the multi-resolution recipe's coarse-basis draws (`train-digits
+    --coarsen`; '' for none)."""
     recipes: tuple[str, ...] = ("one-step", "multi-resolution")
     """Trainings compared: one-step, multi-resolution, one-step-kinetic, strang."""
     tolerances: tuple[float, ...] = (1e-1, 1e-2, 1e-3)
@@ -118,8 +124,9 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     error estimate: heun, midpoint, ralston, bosh3, rk4, tsit5, dopri5, dopri8)."""
     adaptive_margin: float = 0.003
     """Accuracy (a fraction) within which a grid counts as accurate as the 16× grid."""
-    timing_repeats: int = 7
-    """Warm repeats of each timed held-out solve (the median is reported)."""
+    timing_repeats: int = 15
+    """Warm rounds of the timed held-out solves (each round runs every compared model once; the
+    median is reported)."""
 
     def __post_init__(self):
         T.check_training_fields(self)
@@ -141,6 +148,7 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
               "1 (every recipe's network keeps one step per layer as its own)")  # fmt: skip
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
         T.check_resolutions(self)
+        T.check_coarsen(self)
 
     def digits_config(self, recipe: str) -> train_digits.Config:
         """The `train-digits` config of one recipe."""
@@ -195,7 +203,7 @@ def _compression(model, test, repeats: int) -> dict:
     xs = jnp.asarray(test.inputs)
     two, one = model.rediscretize(None, 2), model.rediscretize(None, 1)
     coarse = wbc.coarsen_depth(model.rediscretize(None, 1), 2)
-    t2, t1, tc = (T.solve_seconds(m, xs, repeats) for m in (two, one, coarse))
+    t2, t1, tc = T.solve_seconds_side_by_side((two, one, coarse), xs, repeats)
     a2, a1, ac = (wbc.evaluate(m, test) for m in (two, one, coarse))
     return {
         "half_steps": {"from_steps_per_layer": 2, "to_steps_per_layer": 1, "accuracy_from": a2,

@@ -11,10 +11,12 @@ feed-forward, solved by Lie–Trotter with one step per layer (or the scheme and
 discretization plan, `--plan runs/plan/plan.json`); the class token's final state is read out by
 a linear head. Training: AdamW with warm-up and cosine decay, gradient clipping, random ±1 pixel
 shifts, float32, the exact gradient of the discrete model; by default in continuous depth (every
-batch at 1, 2 or 4 steps per layer, `wbc.MultiResolution`) with the kinetic cost λ_K = 0.05 and
-the smoothness cost in depth λ_s = 0.1, so that the trained network is a discretization of its
-equation and its layers can be halved after training (`wbc.coarsen_depth`). Today's one-step
-training is `--depth fixed --kinetic 0 --smoothness 0`. The split is stratified, 25 % held
+batch at 1, 2 or 4 steps per layer or on the controls projected onto half the layers,
+`wbc.MultiResolution((1, 2, 4), coarsen=(2,))`) with the kinetic cost λ_K = 0.05 and the
+smoothness cost in depth λ_s = 0.1, for 60 epochs, so that the trained network is a
+discretization of its equation and its layers can be halved after training
+(`wbc.coarsen_depth`). Today's one-step training is `--depth fixed --kinetic 0 --smoothness 0
+--epochs 40`. The split is stratified, 25 % held
 out, drawn with `seed`. Logistic regression on the same split is the baseline.
 
 Durable: with an output folder, checkpoints go to `checkpoints/` every `checkpoint_every` steps
@@ -59,7 +61,7 @@ SUMMARY = (
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(kinetic=0.05, smoothness=0.1)
+@defaults(kinetic=0.05, smoothness=0.1, epochs=60, coarsen=(2,))
 class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     embedding: str = "conv"
     """"conv": overlapping `kernel_size` patches, stride 1 (one token per pixel); "vit": Hugging

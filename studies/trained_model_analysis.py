@@ -69,10 +69,13 @@ SUMMARY = (
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(kinetic=0.05, smoothness=0.1)
+@defaults(kinetic=0.05, smoothness=0.1, epochs=60)
 class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     resolutions: tuple[int, ...] = (1, 2, 4)
     """Steps per layer drawn (uniformly) for each batch by the multi-resolution recipe."""
+    coarsen: tuple[int, ...] = (2,)
+    """Depth factors of the multi-resolution recipe's coarse-basis draws (`train-digits
+    --coarsen`; '' for none)."""
     recipes: tuple[str, ...] = ("one-step", "multi-resolution")
     """Trained networks analysed (recipes of `continuous-depth`)."""
     num_exponents: int = 8
@@ -100,6 +103,7 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
               "an integer >= 1 (the analyses run on that many held-out images)")  # fmt: skip
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
         T.check_resolutions(self)
+        T.check_coarsen(self)
         P.Config(tolerance=self.tolerance, methods=self.plan_methods)  # the plan's own checks
 
     def digits_config(self, recipe: str) -> train_digits.Config:

@@ -261,6 +261,7 @@ def certificate_dict(spread: float, *, order: float = 1.0, expected: int = 1, k:
         order_ci=(order - 0.1, order + 0.1), expected_order=expected, largest_stable_step=2.0,
         step=1.0 / k, stable=True, num_decaying_eigenvalues=3, max_real_eigenvalue=0.1,
         accuracy=dataclasses.asdict(accuracy), max_accuracy_spread=threshold,
-        order_reduced=order < expected - 0.3, consistent=not reasons, reasons=reasons,
+        order_reduced=order < expected - 0.3, order_raised=order > expected + 0.3,
+        consistent=not reasons, reasons=reasons,
     )  # fmt: skip
     return cert.to_dict()

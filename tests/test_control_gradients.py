@@ -162,12 +162,48 @@ def test_certificate_measures_the_trained_discretization(getkey):
     assert cert.error == pytest.approx(error, rel=1e-6)
     assert cert.reference_error_estimate < 1e-3 * cert.error
     assert abs(cert.observed_order - 1) < 0.3 and cert.expected_order == 1
+    assert cert.order_as_expected and not cert.order_reduced and not cert.order_raised
     strang = [wb.integrate(tr.equation, u, wb.schemes.Strang(), num_steps=8).u1 for u in states]
     plan_error = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(strang, ref))
     assert cert.plan_error == pytest.approx(plan_error, rel=1e-6)
     assert cert.plan_holds == (plan_error <= 1e-3)
     assert cert.stable == (cert.step <= cert.largest_stable_step)
     assert cert.num_decaying_eigenvalues > 0
+
+
+def test_certificate_flags_an_order_off_the_schemes_either_way(getkey, monkeypatch):
+    """The observed order is judged against the scheme's ± order_tolerance on both sides: a fit
+    shifted up by 0.6 is `order_raised` (reported, `consistent` still decided by the accuracy),
+    shifted down by 0.6 is `order_reduced` (inconsistent, with the reason)."""
+    import dataclasses
+
+    from workbench.control import _certificate
+
+    model = tiny_model(getkey(), layers=2, steps_per_layer=2)
+    states = jax.random.normal(getkey(), (1, 5, 8), jnp.float64)
+    accuracy = wbc.RefinementAccuracy(
+        scheme="LieTrotter", steps_per_layer=2, accuracy=0.9, refined_steps_per_layer=[4],
+        refined_accuracies=[0.9], second_scheme="Strang", second_steps_per_layer=4,
+        second_accuracy=0.9, spread=0.0,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"order_tolerance=-0.1 must be a finite number >= 0"):
+        wbc.certify(model.transformer, states, order_tolerance=-0.1)
+    base = wbc.certify(model.transformer, states, ladder=(2, 4, 8, 16), accuracy=accuracy)
+    assert base.order_as_expected and base.consistent, base.reasons
+    real_fit = _certificate.fit_order
+    for shift, raised, reduced in ((0.6, True, False), (-0.6, False, True)):
+
+        def shifted(*args, shift=shift, **kwargs):
+            fit = real_fit(*args, **kwargs)
+            return dataclasses.replace(fit, order=fit.order + shift)
+
+        monkeypatch.setattr(_certificate, "fit_order", shifted)
+        cert = wbc.certify(model.transformer, states, ladder=(2, 4, 8, 16), accuracy=accuracy)
+        assert cert.observed_order == pytest.approx(base.observed_order + shift, abs=1e-12)
+        assert (cert.order_raised, cert.order_reduced) == (raised, reduced)
+        assert not cert.order_as_expected and cert.to_dict()["order_as_expected"] is False
+        assert cert.consistent == (not reduced)
+        assert any("observed order" in r for r in cert.reasons) == reduced
 
 
 def test_continuous_adjoint_refuses_post_norm(getkey, rng):

@@ -127,6 +127,28 @@ def test_continuous_depth_config_errors_name_the_field():
     assert c.digits_config("multi-resolution").kinetic == 0.02
     assert c.digits_config("multi-resolution").depth == "multi-resolution"
     assert c.digits_config("strang").scheme == "strang"
+    # coarse-basis draws: the multi-resolution recipe's only; factors must divide the layers
+    assert c.digits_config("multi-resolution").coarsen == (2,)
+    assert c.digits_config("one-step").coarsen == ()
+    with pytest.raises(ConfigError, match=r"coarsen=\(3,\) is not allowed; factors dividing "
+                       r"num_layers=4 \(not 3\)"):  # fmt: skip
+        CD.Config(coarsen=(3,))
+    with pytest.raises(ConfigError, match=r"coarsen=\(2, 2\) is not allowed; distinct integers"):
+        CD.Config(coarsen=(2, 2))
+
+
+def test_coarse_draws_reach_the_training_step_and_stay_out_of_old_identities():
+    """`--coarsen` becomes `wbc.MultiResolution(coarsen=)` of the study's step; an empty
+    `coarsen` leaves the run's identity as it was before the field existed, so earlier run
+    folders resume, while any factor makes another run."""
+    from studies import _training as T, train_digits
+
+    step = T.train_step(train_digits.Config(coarsen=(2,)), 10)
+    assert step.discretization == wbc.MultiResolution((1, 2, 4), coarsen=(2,))
+    assert T.train_step(train_digits.Config(coarsen=()), 10).discretization.coarsen == ()
+    none = T.fingerprint(train_digits.Config(coarsen=()))
+    assert "coarsen" not in none
+    assert T.fingerprint(train_digits.Config(coarsen=(2,)))["coarsen"] == [2]
 
 
 def test_compression_numbers_are_those_of_the_models_they_name(getkey, rng):

@@ -8,7 +8,10 @@ A network trained at one Lie–Trotter step per layer can be an excellent classi
 discretization: its accuracy moves by points when its equation is solved more finely
 (Queiruga et al. 2020). `consistent` is true when the accuracy at every refinement stays within
 `max_accuracy_spread` of the model's own, the error ladder shows the expected order (no order
-reduction beyond `order_tolerance`) and, with a plan, the plan's tolerance holds.
+reduction beyond `order_tolerance`) and, with a plan, the plan's tolerance holds. An order above
+the expected one by more than `order_tolerance` is flagged too (`order_raised`: the ladder is
+not in its asymptotic regime, or the scheme's leading error term vanishes for these weights) but
+does not make the model inconsistent: its error still falls at least as fast as the scheme's.
 
 A plan (`workbench run plan`) is made for given weights; training moves them. The certificate
 measures the same quantities on the trained controls, so a plan that no longer holds is caught.
@@ -21,6 +24,7 @@ import dataclasses
 import jax
 import numpy as np
 
+from .._checks import positive_float
 from ..analysis._convergence import error_ladder, reference_solution
 from ..analysis._order import fit_order
 from ..analysis._plan import DiscretizationPlan
@@ -121,7 +125,9 @@ class Certificate:
     - `accuracy`: the `RefinementAccuracy` as a dict (`None` when not measured);
       `max_accuracy_spread`: its threshold.
     - `order_tolerance`; `order_reduced`: the observed order is below `expected_order −
-      order_tolerance` (or none could be fitted).
+      order_tolerance` (or none could be fitted); `order_raised`: it is above `expected_order +
+      order_tolerance`; `order_as_expected`: neither (the observed order is the scheme's
+      `± order_tolerance`).
     - `consistent`: `accuracy.spread <= max_accuracy_spread`, no order reduction, and the plan
       holds when one was given; `None` when the accuracies were not measured (nothing decided).
     - `reasons`: why `consistent` is false, one line each.
@@ -150,11 +156,16 @@ class Certificate:
     max_accuracy_spread: float = 0.005
     order_tolerance: float = 0.3
     order_reduced: bool = False
+    order_raised: bool = False
     consistent: bool | None = None
     reasons: list = dataclasses.field(default_factory=list)
 
+    @property
+    def order_as_expected(self) -> bool:
+        return not (self.order_reduced or self.order_raised)
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "order_as_expected": self.order_as_expected}
 
 
 def certify(
@@ -189,6 +200,10 @@ def certify(
 
     **Returns:** a `Certificate`.
     """
+    order_tolerance = positive_float("order_tolerance", order_tolerance, owner="certify",
+                                     allow_zero=True, numpy_scalars=True)  # fmt: skip
+    max_accuracy_spread = positive_float("max_accuracy_spread", max_accuracy_spread,
+                                         owner="certify", allow_zero=True, numpy_scalars=True)  # fmt: skip
     equation, scheme = transformer.equation, transformer.scheme
     k = transformer.steps_per_layer
     states = np.asarray(initial_states)
@@ -235,6 +250,7 @@ def certify(
     step = equation.piece_length / k
     expected = int(transformer.expected_order)
     order_reduced = fit is None or float(fit.order) < expected - order_tolerance
+    order_raised = fit is not None and float(fit.order) > expected + order_tolerance
     reasons = []
     if order_reduced:
         seen = "no order could be fitted" if fit is None else f"observed order {fit.order:.2f}"
@@ -273,6 +289,7 @@ def certify(
         max_accuracy_spread=float(max_accuracy_spread),
         order_tolerance=float(order_tolerance),
         order_reduced=bool(order_reduced),
+        order_raised=bool(order_raised),
         consistent=consistent,
         reasons=reasons,
     )
