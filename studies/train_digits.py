@@ -125,7 +125,8 @@ the fields that decide the trained trajectories, not those evaluated afterwards.
 
 def smoke_config() -> Config:
     return Config(epochs=10, d=32, num_heads=2, num_layers=2, hidden=64, warmup=20,
-                  checkpoint_every=50, certificate_examples=1, max_spread=0.03, target_accuracy=0.75)  # fmt: skip
+                  batch_size=32, learning_rate=6e-3, checkpoint_every=50, certificate_examples=1,
+                  max_spread=0.03, target_accuracy=0.75)  # fmt: skip
 
 
 @dataclasses.dataclass

@@ -480,7 +480,10 @@ def test_train_digits_resumes_after_sigkill_with_the_same_hash(tmp_path):
     before = {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
     changed = _cli(folder, "--learning-rate", "0.01")
     assert changed.returncode == 2
-    assert "another config (learning_rate=0.003 there, 0.01 now)" in changed.stderr
+    from studies import train_digits
+
+    was = train_digits.smoke_config().learning_rate
+    assert f"another config (learning_rate={was} there, 0.01 now)" in changed.stderr
     # The finished run, rerun: "already complete", its timings and every file kept.
     again = _cli(folder)
     assert again.returncode == 0 and "already complete" in again.stdout

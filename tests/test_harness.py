@@ -678,7 +678,7 @@ def test_every_study_field_has_a_meaning_in_its_help(capsys):
     assert not missing, f"Config fields without a docstring: {missing}"
     assert cli.main(["run", "train-digits", "--help"]) == 0
     printed = capsys.readouterr().out
-    assert re.search(r"--epochs int\s+default: 40, smoke: 10\n\s+\S", printed)
+    assert re.search(r"--epochs int\s+default: 60, smoke: 10\n\s+\S", printed)
 
 
 def test_cli_run_study_help(fake_registry, capsys):

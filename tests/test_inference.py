@@ -4,6 +4,7 @@ the same equation, and the `continuous-depth` study's verdict, config checks and
 import dataclasses
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -92,6 +93,38 @@ def _results(own, spreads, consistent, recipes=("one-step", "multi-resolution"))
         observed_order=np.ones(n), expected_order=np.ones(n), training_time_s=np.ones(n),
         compression=[], adaptive=[], wall_time_s=1.0,
     )  # fmt: skip
+
+
+def test_refinement_accuracy_is_the_rediscretized_models_and_compiles_once_per_scheme(
+    getkey, rng, monkeypatch
+):
+    """`wbc.refinement_accuracy` at 2-16x and with Strang equals `evaluate` of the rediscretized
+    models (the logits are bitwise those of `rediscretize`), and traces the solve twice: once
+    for Lie-Trotter at every refined step count (a run-time `num_steps`), once for Strang."""
+    from workbench.control import _certificate
+
+    model, data = _model(getkey, layers=2), tiny_data(rng, n=24)
+    traces = []
+    real = _certificate.integrate
+
+    def counted(*args, **kwargs):
+        traces.append(type(args[2]).__name__)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_certificate, "integrate", counted)
+    r = wbc.refinement_accuracy(model, data)
+    assert sorted(traces) == ["LieTrotter", "Strang"]
+    lie, strang = wb.schemes.LieTrotter(), wb.schemes.Strang()
+    want = [wbc.evaluate(model.rediscretize(lie, k), data) for k in (2, 4, 8, 16)]
+    assert r.refined_accuracies == want and r.refined_steps_per_layer == [2, 4, 8, 16]
+    assert r.second_accuracy == wbc.evaluate(model.rediscretize(strang, 16), data)
+    xs = jnp.asarray(data.inputs)
+    ours = _certificate._logits_at(model, strang, xs, jnp.asarray(16 * 2, jnp.int32))
+    theirs = eqx.filter_jit(lambda m, x: jax.vmap(m)(x))(model.rediscretize(strang, 16), xs)
+    assert ours.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-12, atol=1e-12)
+    spread = max(abs(a - r.accuracy) for a in [*want, r.second_accuracy])
+    assert r.spread == pytest.approx(spread, abs=1e-12)
 
 
 def test_continuous_depth_verdict_follows_the_numbers():

@@ -21,10 +21,13 @@ the round-off level of float32 mean nothing.
 
 import dataclasses
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._checks import positive_float
+from .._integrate import integrate
 from ..analysis._convergence import error_ladder, reference_solution
 from ..analysis._order import fit_order
 from ..analysis._plan import DiscretizationPlan
@@ -64,7 +67,9 @@ def refinement_accuracy(
     Strang, or Lie–Trotter for a model solved by Strang) at the largest factor.
 
     The model is evaluated in its own dtype (as trained): this is the accuracy a user of the
-    trained network sees, not a float64 error.
+    trained network sees, not a float64 error. The refined solves take their step count at run
+    time (`integrate` with a traced `num_steps`), so every factor of one scheme shares one
+    compiled program: the predictions are those of `model.rediscretize(scheme, f * k)`.
     """
     from ._callbacks import held_out_accuracy
     from ._models import ControlledModel
@@ -82,13 +87,20 @@ def refinement_accuracy(
     if second_scheme is None:
         second_scheme = LieTrotter() if isinstance(tr.scheme, Strang) else Strang()
 
-    def acc(m):
-        return float(held_out_accuracy(m, data, batch_size=batch_size))
+    def acc(m, scheme=None, steps_per_layer=None):
+        if scheme is None:
+            return float(held_out_accuracy(m, data, batch_size=batch_size))
+        steps = jnp.asarray(steps_per_layer * tr.num_layers, jnp.int32)
+
+        def predict(m, xs):
+            return _logits_at(m, scheme, xs, steps)
+
+        return float(held_out_accuracy(m, data, batch_size=batch_size, predict=predict))
 
     own = acc(model)
-    refined = [acc(model.rediscretize(tr.scheme, f * k)) for f in factors]
+    refined = [acc(model, tr.scheme, f * k) for f in factors]
     finest = factors[-1] * k
-    second = acc(model.rediscretize(second_scheme, finest))
+    second = acc(model, second_scheme, finest)
     spread = max(abs(a - own) for a in [*refined, second])
     return RefinementAccuracy(
         scheme=type(tr.scheme).__name__,
@@ -101,6 +113,19 @@ def refinement_accuracy(
         second_accuracy=second,
         spread=float(spread),
     )
+
+
+@eqx.filter_jit
+def _logits_at(model, scheme, xs, num_steps):
+    """Logits of `model` (a `ControlledModel`) on the batch `xs` with its equation solved by
+    `scheme` in `num_steps` steps over the whole depth, a traced integer: one compiled program
+    per scheme (and batch shape) for every step count."""
+    equation = model.transformer.equation
+
+    def one(x):
+        return model.head(integrate(equation, model.embedding(x), scheme, num_steps=num_steps).y)
+
+    return jax.vmap(one)(xs)
 
 
 @dataclasses.dataclass(frozen=True)
