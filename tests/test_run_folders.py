@@ -103,6 +103,20 @@ def _record(folder) -> dict:
     return json.loads((pathlib.Path(folder) / "run.json").read_text())
 
 
+@pytest.fixture(autouse=True)
+def _sigint_not_ignored():
+    """The children these tests interrupt get SIGINT as at a terminal. A test run started as a
+    background job inherits SIGINT ignored, and so would its children (Python then never raises
+    KeyboardInterrupt); with a handler in this process instead, a child starts with the default
+    disposition (handlers are reset by exec, an ignored signal is not)."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, before)
+
+
 def _subprocess(source, argv, **kwargs) -> subprocess.Popen:
     """`workbench run ...` in a fresh interpreter with the on-disk studies registered."""
     code = (
