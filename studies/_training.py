@@ -15,7 +15,6 @@ import numpy as np
 import workbench as wb
 import workbench.analysis as wba
 import workbench.control as wbc
-from workbench._checks import is_int
 
 from ._config import ConfigError, check, check_choices, check_divides, check_positive, check_range
 
@@ -56,8 +55,11 @@ def check_depth_fields(config: Any) -> None:
 def check_coarsen(config: Any) -> None:
     """`coarsen` (when the config has it): distinct integers >= 2 dividing `num_layers`."""
     fs = getattr(config, "coarsen", ())
-    ok = (isinstance(fs, tuple) and all(is_int(f) and f >= 2 for f in fs)
-          and len(set(fs)) == len(fs))  # fmt: skip
+    try:
+        wbc.MultiResolution((1,), coarsen=fs)
+        ok = True
+    except ValueError:
+        ok = False
     check(config, "coarsen", ok, "distinct integers >= 2 (depth factors, e.g. 2), or '' for none")
     bad = [f for f in fs if config.num_layers % f]
     check(config, "coarsen", not bad,
