@@ -21,6 +21,10 @@ a linear head on the class token; cross-entropy; AdamW after clipping the global
 - `workbench_no_guard`: the same step without the finiteness flag (nothing read): next to
   `workbench` it shows what the guard costs, next to `workbench_no_read` how much of that is in
   the compiled step;
+- `workbench_checkpoint_every`: the library's step with `wbc.DiscretizeThenOptimize(
+  wb.CheckpointEvery(1))` (`--checkpointing every-step`): the backward pass recomputes each
+  step's internals instead of storing them for every layer (timed without the host read, next
+  to `workbench_no_read`);
 - `workbench_filter_jit`: the trainer's step (`finite` not read) under `eqx.filter_jit`, as the
   trainer ran it before: `filter_jit` blocks until every call has finished (it waits on a marker
   output to report runtime errors), so step s + 1 cannot be dispatched while step s runs; a
@@ -98,6 +102,7 @@ PLAIN, WB, WB_NO_READ, WB_NO_GUARD, WB_FILTER_JIT, TORCH = (
     "workbench_filter_jit",
     "torch",
 )
+WB_REMAT = "workbench_checkpoint_every"
 OPS_OF_INTEREST = (
     "dot",
     "convolution",
@@ -352,12 +357,13 @@ def workbench_model(cfg: Config, depth: int, key) -> wbc.ControlledModel:
     return eqx.combine(jax.tree.unflatten(treedef, noisy), static)
 
 
-def workbench_step(static, optimizer, *, guard: bool):
+def workbench_step(static, optimizer, *, guard: bool, method=None):
     """The library's step, `wbc.TrainStep(optimizer)` (`DiscretizeThenOptimize` on
     `Objective()`, augmentation off), called as `wbc.train` calls it: a function of arrays only
     (parameters, optimizer state, batch, step index; the model's structure closed over) for
-    `jax.jit`. With `guard=False` its finiteness flag is not returned (XLA then drops it)."""
-    step = wbc.TrainStep(optimizer)
+    `jax.jit`. With `guard=False` its finiteness flag is not returned (XLA then drops it);
+    `method`: the gradient method (default `DiscretizeThenOptimize()`)."""
+    step = wbc.TrainStep(optimizer) if method is None else wbc.TrainStep(optimizer, method=method)
     key = jax.random.key(0)
 
     def train_step(params, opt_state, xs, ys, index):
@@ -520,6 +526,12 @@ def setup(cfg: Config, depth: int, xs_np, ys_np):
             PLAIN: plain_step,
             WB: workbench_step(wb_static, wb_opt, guard=True),
             WB_NO_GUARD: workbench_step(wb_static, wb_opt, guard=False),
+            WB_REMAT: workbench_step(
+                wb_static,
+                wb_opt,
+                guard=True,
+                method=wbc.DiscretizeThenOptimize(wb.CheckpointEvery(1)),
+            ),
         },
         "plain_loss": plain_loss,
         "wb_static": wb_static,
@@ -613,7 +625,7 @@ def check_values(s, first, cfg: Config) -> tuple[dict, dict]:
     wb_loss = jax.jit(lambda p, x, y: objective(eqx.combine(p, s["wb_static"]), x, y)[0])
     plain_loss = jax.jit(s["plain_loss"])
     losses = {}
-    for name in (PLAIN, WB, WB_NO_GUARD):
+    for name in (PLAIN, WB, WB_NO_GUARD, WB_REMAT):
         out = first[name]
         if name == PLAIN:
             before = float(plain_loss(s["plain_state"][0], xs, ys))
@@ -678,6 +690,8 @@ def make_runners(s, cfg: Config):
     runners[WB_NO_READ] = workbench_runner(WB_NO_READ, guarded, read_finite=False)
     no_guard = jax.jit(s["steps"][WB_NO_GUARD])
     runners[WB_NO_GUARD] = workbench_runner(WB_NO_GUARD, no_guard, read_finite=False)
+    remat = jax.jit(s["steps"][WB_REMAT])
+    runners[WB_REMAT] = workbench_runner(WB_REMAT, remat, read_finite=False)
     as_filter_jit = eqx.filter_jit(s["steps"][WB])
     runners[WB_FILTER_JIT] = workbench_runner(WB_FILTER_JIT, as_filter_jit, read_finite=False)
 
@@ -756,6 +770,8 @@ def summarize(samples, loads, cfg: Config) -> dict:
         (WB, WB_NO_READ),
         (WB_FILTER_JIT, PLAIN),
         (WB_FILTER_JIT, WB_NO_READ),
+        (WB_REMAT, WB_NO_READ),
+        (WB_REMAT, TORCH),
     ]
     step_s = {name: float(np.median(s)) for name, s in kept.items()}
     return {
@@ -853,6 +869,8 @@ def main(cfg: Config, out: str) -> dict:
             "default_optimizer, finiteness flag, bool(finite) read after every step",
             WB_NO_READ: "the same step, finite not read after each step",
             WB_NO_GUARD: "the same step without the finiteness flag",
+            WB_REMAT: "the same step (finite not read) with DiscretizeThenOptimize("
+            "CheckpointEvery(1)): each step's internals recomputed in the backward pass",
             WB_FILTER_JIT: "the trainer's step (finite not read) under eqx.filter_jit instead of "
             "jax.jit (filter_jit blocks until each call finishes)",
             TORCH: "nn.TransformerEncoder (norm_first, gelu, dropout 0) + Conv2d patches, "

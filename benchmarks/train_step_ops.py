@@ -17,9 +17,20 @@ respect to the weights and the op's input, as inside a network):
 - `optimizer`: global-norm clipping to 1 and AdamW on 139,530 parameters (`optax.chain(
   clip_by_global_norm, adamw)` jitted, against `clip_grad_norm_` and `torch.optim.AdamW`);
 
+- `layers_scan`, `layers_unrolled`: the 4 pre-norm blocks composed (`u + att(LN(u))`, then
+  `u + ffn(LN(u))`, each layer its own weights), forward + backward, in JAX as a `lax.scan` over
+  the stacked weights (how the workbench and `train_step.py`'s plain equinox model solve depth)
+  and as a Python loop unrolled at trace time; in torch the loop it always runs;
+- `model`: embedding, the scanned blocks and the head's loss, forward + backward: the whole
+  step but the optimizer.
+
 The whole step of each is `benchmarks/train_step.py`'s measurement; the sum of the per-op times,
 with the per-layer ops counted 4 times (2 LayerNorms per layer), can be set next to it (XLA fuses
-across ops in the whole step, so the sum is an attribution, not an identity).
+across ops in the whole step, so the sum is an attribution, not an identity). The composition
+lines attribute the rest of the gap: `composition` = (the blocks composed − the sum of their
+ops), JAX's minus torch's, and `assembly` = (`model` − embedding − blocks − head), JAX's minus
+torch's; with the ops and the optimizer they add up to the gap of the whole step without the
+optimizer's host overhead.
 
 Values first: each op's JAX and torch outputs agree (max abs difference < 1e-4, exit status 1
 otherwise). Timing: `warmup` calls of each, then `rounds` interleaved rounds (the order rotates)
@@ -216,6 +227,110 @@ def _cases(cfg: Config, torch, rng):
     return cases
 
 
+def _stack_cases(cfg: Config, torch, rng):
+    """The composition lines: the blocks composed (JAX scanned and unrolled, torch), and the
+    model without the optimizer (JAX with the scanned blocks, torch). name → (jax fns by
+    variant, torch fn, jax outputs for the checks, torch output)."""
+    L, h = cfg.layers, cfg.heads
+    per_layer = [_params(cfg, rng) for _ in range(L)]
+    ln2 = [{"ln_w": 1 + 0.2 * rng.standard_normal(cfg.d).astype(np.float32),
+            "ln_b": 0.2 * rng.standard_normal(cfg.d).astype(np.float32)} for _ in range(L)]  # fmt: skip
+    names = ["w_qkv", "b_qkv", "w_out", "b_out", "w_1", "b_1", "w_2", "b_2", "ln_w", "ln_b"]
+    layers = [{**{k: p[k] for k in names}, "ln2_w": q["ln_w"], "ln2_b": q["ln_b"]}
+              for p, q in zip(per_layer, ln2)]  # fmt: skip
+    outer = {k: per_layer[0][k] for k in ["conv_w", "conv_b", "cls", "pos", "head_w", "head_b"]}
+    outer["lnf_w"], outer["lnf_b"] = per_layer[1]["ln_w"], per_layer[1]["ln_b"]
+    b, n, d = cfg.batch, cfg.tokens, cfg.d
+    u = rng.standard_normal((b, n, d)).astype(np.float32)
+    cot = rng.standard_normal((b, n, d)).astype(np.float32)
+    images = rng.uniform(0, 16, (b, cfg.image, cfg.image)).astype(np.float32)
+    labels = rng.integers(0, cfg.classes, b)
+
+    def block(x, p):
+        x = x + _attention(_ln(x, p["ln_w"], p["ln_b"]), p, h)
+        return x + _ffn(_ln(x, p["ln2_w"], p["ln2_b"]), p)
+
+    def scanned(x, stacked):
+        return jax.lax.scan(lambda c, p: (block(c, p), None), x, stacked)[0]
+
+    def unrolled(x, stacked):
+        for i in range(L):
+            x = block(x, jax.tree.map(lambda a: a[i], stacked))
+        return x
+
+    stacked = {k: jnp.asarray(np.stack([lay[k] for lay in layers])) for k in layers[0]}
+    jouter = {k: jnp.asarray(v) for k, v in outer.items()}
+    ju, jcot, jimg = jnp.asarray(u), jnp.asarray(cot), jnp.asarray(images)
+    jy = jnp.asarray(labels.astype(np.int32))
+
+    def stack_objective(compose):
+        def objective(stacked, x):
+            out = jax.vmap(compose, (0, None))(x, stacked)
+            return jnp.sum(out * jcot), out
+
+        return objective
+
+    def model_loss(params, images):
+        stacked, o = params
+
+        def one(image, y):
+            x = scanned(_embed(image, o), stacked)
+            hp = {"ln_w": o["lnf_w"], "ln_b": o["lnf_b"], "head_w": o["head_w"],
+                  "head_b": o["head_b"]}  # fmt: skip
+            return _head_loss(x, y, hp)
+
+        return jnp.mean(jax.vmap(one)(images, jy)), None
+
+    def runner(objective, *args):
+        grad = jax.jit(jax.grad(objective, argnums=(0, 1), has_aux=True))
+        return lambda: jax.block_until_ready(grad(*args))
+
+    jfns = {
+        "layers_scan": runner(stack_objective(scanned), stacked, ju),
+        "layers_unrolled": runner(stack_objective(unrolled), stacked, ju),
+        "model": runner(model_loss, (stacked, jouter), jimg),
+    }
+    jouts = {
+        "layers_scan": np.asarray(stack_objective(scanned)(stacked, ju)[1]),
+        "layers_unrolled": np.asarray(stack_objective(unrolled)(stacked, ju)[1]),
+    }
+    t_att, t_ffn, t_emb, _, t_head = _torch_ops(torch, cfg)
+    F = torch.nn.functional
+    tl = [{k: torch.tensor(v, requires_grad=True) for k, v in lay.items()} for lay in layers]
+    to = {k: torch.tensor(v, requires_grad=True) for k, v in outer.items()}
+    tu = torch.tensor(u, requires_grad=True)
+    tcot, timg, ty = torch.tensor(cot), torch.tensor(images), torch.tensor(labels)
+
+    def t_stack(x):
+        for p in tl:
+            x = x + t_att(F.layer_norm(x, (d,), p["ln_w"], p["ln_b"], EPS), p)
+            x = x + t_ffn(F.layer_norm(x, (d,), p["ln2_w"], p["ln2_b"], EPS), p)
+        return x
+
+    def t_model():
+        x = t_stack(t_emb(timg, to))
+        hp = {"ln_w": to["lnf_w"], "ln_b": to["lnf_b"], "head_w": to["head_w"],
+              "head_b": to["head_b"]}  # fmt: skip
+        return t_head(x, ty, hp).mean()
+
+    def zero():
+        for t in [tu, *to.values(), *(t for p in tl for t in p.values())]:
+            t.grad = None
+
+    def t_layers():
+        zero()
+        t_stack(tu).backward(tcot)
+
+    def t_model_run():
+        zero()
+        t_model().backward()
+
+    tfns = {"layers": t_layers, "model": t_model_run}
+    touts = {"layers": t_stack(tu).detach().numpy(), "model": float(t_model().detach())}
+    jouts["model"] = float(model_loss((stacked, jouter), jimg)[0])
+    return jfns, tfns, jouts, touts
+
+
 def _leaf_shapes(cfg: Config) -> list[tuple[int, ...]]:
     """The model's parameter arrays as the workbench holds them: the blocks' weights stacked
     over the layers (12 arrays), the embedding's 4, the final LayerNorm's 2, the head's 2."""
@@ -266,6 +381,35 @@ def _optimizer_case(cfg: Config, torch, rng):
     return jrun, trun, tsave_only
 
 
+def _composition(med: dict, cfg: Config) -> dict:
+    """The gap beyond the ops, in ms per step (JAX − torch), from the medians `med`:
+
+    - `blocks_as_ops`: the ops of the blocks timed alone (`L` × (2 LN + attention + FFN));
+    - `composition`: the blocks composed (`layers_scan`, torch's loop) minus `blocks_as_ops`;
+    - `scan_vs_unrolled`: JAX's scanned blocks minus its unrolled ones (torch: 0);
+    - `assembly`: `model` minus embedding, the composed blocks and the head;
+    - `model`: the whole forward + backward without the optimizer."""
+    L = cfg.layers
+
+    def ops(side):
+        return L * (2 * med[f"layer_norm/{side}"] + med[f"attention/{side}"]
+                    + med[f"feed_forward/{side}"])  # fmt: skip
+
+    rows = {
+        "blocks_as_ops": (ops("jax"), ops("torch")),
+        "composition": (med["layers_scan/jax"] - ops("jax"), med["layers/torch"] - ops("torch")),
+        "scan_vs_unrolled": (med["layers_scan/jax"] - med["layers_unrolled/jax"], 0.0),
+        "assembly": tuple(
+            med[f"model/{side}"] - med[f"embedding/{side}"] - med[f"head/{side}"]
+            - med["layers_scan/jax" if side == "jax" else "layers/torch"]
+            for side in ("jax", "torch")
+        ),  # fmt: skip
+        "model": (med["model/jax"], med["model/torch"]),
+    }
+    return {k: {"jax_ms": 1e3 * j, "torch_ms": 1e3 * t, "step_gap_ms": 1e3 * (j - t)}
+            for k, (j, t) in rows.items()}  # fmt: skip
+
+
 def _time(fns: dict, cfg: Config) -> dict:
     for fn in fns.values():
         for _ in range(cfg.warmup):
@@ -313,6 +457,18 @@ def main(argv=None) -> int:
         tsave,
     )
     counts["optimizer"] = 1
+    sj, st, sjo, sto = _stack_cases(cfg, torch, rng)
+    for v in ("layers_scan", "layers_unrolled"):
+        diff = float(np.max(np.abs(sjo[v] - sto["layers"])))
+        checks[v] = {"max_abs_diff": diff, "tol": 1e-4, "pass": diff < 1e-4}
+    diff = abs(sjo["model"] - sto["model"])
+    checks["model"] = {"abs_diff": diff, "tol": 1e-4, "pass": diff < 1e-4}
+    if not all(c["pass"] for c in checks.values()):
+        print("value checks failed:", checks, file=sys.stderr)
+        return 1
+    for k, fn in sj.items():
+        fns[f"{k}/jax"] = fn
+    fns["layers/torch"], fns["model/torch"] = st["layers"], st["model"]
 
     with OtherLoad() as load:
         timed = _time(fns, cfg)
@@ -338,6 +494,10 @@ def main(argv=None) -> int:
     total_torch = sum(v["count_per_step"] * v["torch_ms"] for v in per_op.values())
     print(table(rows, ["op", "per step", "jax ms", "torch ms", "jax/torch", "step gap ms"]))
     print(f"sum over a step: jax {total_jax:.1f} ms, torch {total_torch:.1f} ms")
+    composition = _composition(med, cfg)
+    print(table([[k, f"{v['jax_ms']:.2f}", f"{v['torch_ms']:.2f}", f"{v['step_gap_ms']:+.2f}"]
+                 for k, v in composition.items()],
+                ["composition", "jax ms", "torch ms", "step gap ms"]))  # fmt: skip
     result = {
         "benchmark": "train_step_ops",
         "config": dataclasses.asdict(cfg),
@@ -347,6 +507,7 @@ def main(argv=None) -> int:
         "num_parameters": num_params,
         "per_op": per_op,
         "sum_per_step_ms": {"jax": total_jax, "torch": total_torch},
+        "composition": composition,
         "other_load_fraction": load.fraction,
     }
     name = "train_step_ops_smoke.json" if cfg.is_smoke else "train_step_ops.json"

@@ -10,13 +10,16 @@ Recipes (the workbench's `wbc.TrainStep`, called as `wbc.train` calls it, augmen
   the step's key, kinetic cost λ_K = 0.05;
 - `multi_resolution_smooth` — the same with the smoothness cost in depth λ_s = 0.1
   (`--smoothness 0.1`): today's default of `train-digits`;
-- `multi_resolution_coarsen` — that, with coarse-basis draws (`wbc.MultiResolution((1, 2, 4),
-  coarsen=(2,))`: a fourth candidate, the controls projected onto half the layers);
+- `multi_resolution_coarsen` — that, with coarse-basis draws: `train-digits`' default,
+  `wbc.MultiResolution((1, 2, 4), (0.2, 0.2, 0.2, 0.4), coarsen=(2,))` (`--coarsen 2
+  --coarse-weight 2`: a fourth candidate, the controls projected onto half the layers, drawn
+  twice as often as each step count);
 - `multi_resolution_k1`, `_k2`, `_k4` — the same objective at one fixed k (each branch of
   the recipe alone, `wbc.MultiResolution((k,))`), whose mean is the recipe's expected cost;
 - `multi_resolution_coarse_branch` — `multi_resolution_coarsen`'s coarse draw alone (the same
   candidates, the coarse one drawn with probability 1 − 3e-9); with the three above, the mean
-  of its four branches is `multi_resolution_coarsen`'s expected cost per step;
+  of its four branches weighted by their probabilities is `multi_resolution_coarsen`'s
+  expected cost per step;
 - `lie_2`, `strang_1` — two of the recipes tried before (`--steps-per-layer 2`, `--scheme
   strang`), kinetic 0.
 
@@ -59,6 +62,7 @@ from _common import RESULTS, OtherLoad, environment, layer_norm, stats, table, w
 
 import workbench as wb
 import workbench.control as wbc
+from studies import _training, train_digits
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_step import (  # noqa: E402
@@ -180,13 +184,15 @@ def recipes() -> dict:
     for k in RESOLUTIONS:
         out[f"multi_resolution_k{k}"] = (kinetic, wbc.MultiResolution((k,)), lie, 1)
     out["multi_resolution_smooth"] = (smooth, wbc.MultiResolution(RESOLUTIONS), lie, 1)
-    coarse = wbc.MultiResolution(RESOLUTIONS, coarsen=(2,))
-    out["multi_resolution_coarsen"] = (smooth, coarse, lie, 1)
+    out["multi_resolution_coarsen"] = (smooth, DEFAULT, lie, 1)
     out["multi_resolution_coarse_branch"] = (smooth, COARSE_ONLY, lie, 1)
     out["lie_2"] = (plain, own, lie, 2)
     out["strang_1"] = (plain, own, strang, 1)
     return out
 
+
+DEFAULT = _training.multi_resolution(train_digits.Config())
+"""`train-digits`' default training discretization (the study's own, not restated here)."""
 
 COARSE_ONLY = wbc.MultiResolution(
     RESOLUTIONS, probabilities=(1e-9, 1e-9, 1e-9, 1 - 3e-9), coarsen=(2,)
@@ -299,10 +305,11 @@ def main(cfg: Config, out_path: str) -> dict:
     branch_mean = float(np.mean([med[f"multi_resolution_k{k}"] for k in RESOLUTIONS]))
     drawn_mean = float(np.mean([med[f"multi_resolution_k{RESOLUTIONS[b]}"] for b in draws]))
     ratios = {name: med[name] / med["lie_1"] for name in lines}
-    # the default's expected cost: its four branches (k = 1, 2, 4 and the coarse one), uniform
+    # the default's expected cost: its four branches (k = 1, 2, 4 and the coarse one), each
+    # weighted by the probability of its draw
     branch_of = {(k, 1): f"multi_resolution_k{k}" for k in RESOLUTIONS}
     branch_of[(1, 2)] = "multi_resolution_coarse_branch"
-    coarse_mean = float(np.mean([med[n] for n in branch_of.values()]))
+    coarse_mean = float(np.dot(DEFAULT.weights, [med[branch_of[d]] for d in DEFAULT.draws]))
     coarse_drawn_mean = float(np.mean([med[branch_of[tuple(d)]] for d in coarse_draws]))
     result = {
         "benchmark": "training_recipes",
@@ -328,9 +335,10 @@ def main(cfg: Config, out_path: str) -> dict:
         },
         "multi_resolution_coarsen_vs_branches": {
             "measured_s": med["multi_resolution_coarsen"],
-            "mean_of_branches_s": coarse_mean,
+            "mean_of_branches_s": coarse_mean,  # weighted by the draws' probabilities
             "mean_of_drawn_branches_s": coarse_drawn_mean,
-            "expected_steps_per_layer": wbc.MultiResolution(RESOLUTIONS, coarsen=(2,)).cost,
+            "probabilities": [float(p) for p in DEFAULT.weights],
+            "expected_steps_per_layer": DEFAULT.cost,
             "expected_ratio_to_lie_1": coarse_mean / med["lie_1"],
         },
         "other_load_fraction": load.fraction,
@@ -343,7 +351,8 @@ def main(cfg: Config, out_path: str) -> dict:
     )
     print(
         f"multi_resolution_coarsen: {1e3 * med['multi_resolution_coarsen']:.1f} ms/step; mean of "
-        f"its four branches {1e3 * coarse_mean:.1f} ms ({coarse_mean / med['lie_1']:.2f}x lie_1), "
+        f"its four branches weighted by their probabilities {1e3 * coarse_mean:.1f} ms "
+        f"({coarse_mean / med['lie_1']:.2f}x lie_1), "
         f"of the branches drawn in a round {1e3 * coarse_drawn_mean:.1f} ms"
     )
     print("workbench / plain:", {k: round(v, 3) for k, v in result["workbench_over_plain"].items()})

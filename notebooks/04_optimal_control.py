@@ -191,7 +191,11 @@ tmp.cleanup()
 # %%
 from studies import continuous_depth as cd
 
-depth = cd.compute(dataclasses.replace(cd.smoke_config(), tolerances=(1e-1,), timing_repeats=1))
+depth = cd.compute(
+    dataclasses.replace(
+        cd.smoke_config(), tolerances=(1e-1,), adaptive_solvers=("heun",), timing_repeats=1
+    )
+)
 print(cd.verdict(depth))
 display(cd.figures(depth)["refinement"])
 one, multi = depth.config.recipes.index("one-step"), depth.config.recipes.index("multi-resolution")

@@ -186,6 +186,10 @@ class Depth:
     mean of each run of `f`) and solved with one step per coarse layer, drawn like one more
     step count, so that the trained network keeps its accuracy with half (`f = 2`) its layers;
     empty (`--coarsen ''`): none."""
+    coarse_weight: float = 1.0
+    """The weight of each coarse-basis draw against that of one entry of `resolutions` (1: every
+    draw equally likely; 2 with `resolutions` 1,2,4 and `coarsen` 2: probabilities
+    0.2, 0.2, 0.2, 0.4)."""
 
 
 @dataclasses.dataclass(frozen=True)

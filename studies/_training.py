@@ -4,6 +4,7 @@ the error), the model-size checks, the plan input and the float64 certificate.""
 from __future__ import annotations
 
 import dataclasses
+import math
 import pathlib
 from typing import Any
 
@@ -35,10 +36,20 @@ def check_model_fields(config: Any) -> None:
     )
 
 
+def multi_resolution(config: Any) -> wbc.MultiResolution:
+    """The config's `wbc.MultiResolution`: `resolutions` and `coarsen`, each coarse draw weighted
+    `coarse_weight` against one step count (uniform draws at weight 1)."""
+    ks = tuple(config.resolutions)
+    fs = tuple(getattr(config, "coarsen", ()))
+    w = float(getattr(config, "coarse_weight", 1.0))
+    if not fs or w == 1.0:
+        return wbc.MultiResolution(ks, coarsen=fs)
+    weights = (1.0,) * len(ks) + (w,) * len(fs)
+    return wbc.MultiResolution(ks, tuple(x / sum(weights) for x in weights), coarsen=fs)
+
+
 DEPTH = {
-    "multi-resolution": lambda config: wbc.MultiResolution(
-        tuple(config.resolutions), coarsen=tuple(getattr(config, "coarsen", ()))
-    ),
+    "multi-resolution": multi_resolution,
     "fixed": lambda config: wbc.OwnDiscretization(),
 }
 """How a training study discretizes depth while training, by the config's `depth`."""
@@ -53,7 +64,12 @@ def check_depth_fields(config: Any) -> None:
 
 
 def check_coarsen(config: Any) -> None:
-    """`coarsen` (when the config has it): distinct integers >= 2 dividing `num_layers`."""
+    """`coarsen` (when the config has it): distinct integers >= 2 dividing `num_layers`;
+    `coarse_weight` a positive finite number."""
+    if hasattr(config, "coarse_weight"):
+        w = config.coarse_weight
+        check(config, "coarse_weight", isinstance(w, (int, float)) and math.isfinite(w) and w > 0,
+              "a positive number (1: every draw equally likely)")  # fmt: skip
     fs = getattr(config, "coarsen", ())
     try:
         wbc.MultiResolution((1,), coarsen=fs)
@@ -166,7 +182,11 @@ def fingerprint(config: Any) -> dict:
     module = type(config).__module__
     skip = set(LAYOUT_FIELDS) | set(ANALYSIS_FIELDS.get(module, ()))
     fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in skip}
-    if fields.get("coarsen") == ():  # added after runs were written: absent while empty
+    # Added after runs were written: absent while they have no effect (no coarse draws, or
+    # coarse draws weighted like the others), so earlier run folders keep their identity.
+    if not fields.get("coarsen") or fields.get("coarse_weight") == 1.0:
+        fields.pop("coarse_weight", None)
+    if fields.get("coarsen") == ():
         del fields["coarsen"]
     if fields.get("plan") is not None:
         plan = read_plan(config)

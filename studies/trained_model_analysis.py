@@ -76,6 +76,9 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     coarsen: tuple[int, ...] = (2,)
     """Depth factors of the multi-resolution recipe's coarse-basis draws (`train-digits
     --coarsen`; '' for none)."""
+    coarse_weight: float = 1.0
+    """The weight of each coarse-basis draw against one step count (`train-digits
+    --coarse-weight`; 1: every draw equally likely)."""
     recipes: tuple[str, ...] = ("one-step", "multi-resolution")
     """Trained networks analysed (recipes of `continuous-depth`)."""
     num_exponents: int = 8

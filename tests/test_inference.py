@@ -180,8 +180,21 @@ def test_coarse_draws_reach_the_training_step_and_stay_out_of_old_identities():
     assert step.discretization == wbc.MultiResolution((1, 2, 4), coarsen=(2,))
     assert T.train_step(train_digits.Config(coarsen=()), 10).discretization.coarsen == ()
     none = T.fingerprint(train_digits.Config(coarsen=()))
-    assert "coarsen" not in none
-    assert T.fingerprint(train_digits.Config(coarsen=(2,)))["coarsen"] == [2]
+    assert "coarsen" not in none and "coarse_weight" not in none
+    uniform = T.fingerprint(train_digits.Config(coarsen=(2,)))
+    assert uniform["coarsen"] == [2] and "coarse_weight" not in uniform
+    # The default draws uniformly; `coarse_weight` 2 weighs the coarse draw twice:
+    # probabilities 1/5, 1/5, 1/5, 2/5, and another run.
+    assert T.train_step(train_digits.Config(), 10).discretization.probabilities is None
+    assert "coarse_weight" not in T.fingerprint(train_digits.Config())
+    step = T.train_step(train_digits.Config(coarse_weight=2.0), 10)
+    assert step.discretization == wbc.MultiResolution((1, 2, 4), (0.2, 0.2, 0.2, 0.4), coarsen=(2,))
+    assert T.fingerprint(train_digits.Config(coarse_weight=2.0))["coarse_weight"] == 2.0
+    step = T.train_step(train_digits.Config(resolutions=(1, 2), coarsen=(2, 4), coarse_weight=3), 10)
+    assert step.discretization.probabilities == pytest.approx((1 / 8, 1 / 8, 3 / 8, 3 / 8), abs=1e-15)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match=rf"coarse_weight={bad} is not allowed; a positive"):
+            train_digits.Config(coarse_weight=bad)
 
 
 def test_compression_numbers_are_those_of_the_models_they_name(getkey, rng):

@@ -54,7 +54,9 @@ def test_convergence_order_takes_a_trained_run(digits_run, tmp_path):
 @pytest.mark.slow
 def test_stability_takes_a_trained_run(digits_run, tmp_path):
     out = tmp_path / "stability"
-    done = study_cli("stability", out, "--weights", str(digits_run))
+    # 100 steps per stability trial, not the smoke's 1000: the trained layer has n·d = 256
+    # unknowns, and nothing below depends on the trials' length (125 s -> 36 s).
+    done = study_cli("stability", out, "--weights", str(digits_run), "--model-steps", "100")
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((out / "config.json").read_text())["config"]["weights"] == str(digits_run)
     results = json.loads((out / "results.json").read_text())
