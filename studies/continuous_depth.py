@@ -51,6 +51,7 @@ grids and adaptive tolerances, per recipe).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import diffrax
@@ -194,12 +195,39 @@ class Results:
     """(recipe,): cumulative training seconds of each run plus its first step's compilation."""
     compression: list
     """(recipe,): dicts: half steps (2 → 1 step per layer) and half basis (`coarsen_depth`):
-    accuracies, median seconds of the held-out solve, time ratios."""
+    accuracies, median seconds of the held-out solve, time ratios, and the held-out images
+    lost and gained with their exact McNemar p-value (`mcnemar_p`)."""
     adaptive: list
     """(recipe,): dicts: per solver and tolerance the `AdaptiveAccuracy.to_dict()` (with
     `whole_layer_steps`: every step was the whole layer); fixed-grid evaluations and
     accuracies; the cheapest equally accurate fixed grid and adaptive solve."""
     wall_time_s: float
+
+
+def mcnemar_p(lost: int, gained: int) -> float:
+    r"""Exact two-sided McNemar p-value of a paired comparison: `lost` examples right before and
+    wrong after, `gained` the reverse. Under "no change" each of the `n = lost + gained`
+    discordant examples falls either way with probability 1/2, so
+    $p = \min(1, 2 \sum_{i \le \min(lost, gained)} \binom{n}{i} 2^{-n})$ (1 when `n = 0`)."""
+    n = lost + gained
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(lost, gained) + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def _paired(before, after, test) -> dict:
+    """Images `before` classifies right and `after` wrong (`images_lost`), the reverse
+    (`images_gained`), and their exact McNemar p-value: whether the accuracy lost is more than
+    the held-out set can resolve."""
+    xs, ys = jnp.asarray(test.inputs), np.asarray(test.targets)
+
+    def right(model):
+        return np.asarray(jnp.argmax(jax.jit(jax.vmap(model))(xs), -1)) == ys
+
+    b, a = right(before), right(after)
+    lost, gained = int(np.sum(b & ~a)), int(np.sum(~b & a))
+    return {"images_lost": lost, "images_gained": gained, "mcnemar_p": mcnemar_p(lost, gained)}
 
 
 def _compression(model, test, repeats: int) -> dict:
@@ -211,11 +239,11 @@ def _compression(model, test, repeats: int) -> dict:
     return {
         "half_steps": {"from_steps_per_layer": 2, "to_steps_per_layer": 1, "accuracy_from": a2,
                        "accuracy_to": a1, "points_lost": 100 * (a2 - a1), "seconds_from": t2,
-                       "seconds_to": t1, "speedup": t2 / t1},
+                       "seconds_to": t1, "speedup": t2 / t1, **_paired(two, one, test)},
         "half_basis": {"layers_from": model.transformer.num_layers,
                        "layers_to": coarse.transformer.num_layers, "accuracy_from": a1,
                        "accuracy_to": ac, "points_lost": 100 * (a1 - ac), "seconds_from": t1,
-                       "seconds_to": tc, "speedup": t1 / tc},
+                       "seconds_to": tc, "speedup": t1 / tc, **_paired(one, coarse, test)},
     }  # fmt: skip
 
 
@@ -336,6 +364,12 @@ def verdict(results: Results) -> str:
     )
 
 
+def _discordant(d: dict) -> str:
+    if "images_lost" not in d:  # a results.json written before the counts were added
+        return "n/a"
+    return f"{d['images_lost']} / {d['images_gained']} ({d['mcnemar_p']:.3g})"
+
+
 def _fmt(x, spec=".2f", none="n/a") -> str:
     return none if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
 
@@ -357,15 +391,17 @@ def report(results: Results) -> str:
     chead = [
         "recipe",
         "2 → 1 step/layer: points lost",
+        "images lost / gained (McNemar p)",
         "speedup",
         f"{c.num_layers} → {c.num_layers // 2} layers (coarsen): points lost",
+        "images lost / gained (McNemar p)",
         "speedup",
     ]
     crows = []
     for i, name in enumerate(c.recipes):
         h, b = r.compression[i]["half_steps"], r.compression[i]["half_basis"]
-        crows.append((name, f"{h['points_lost']:+.2f}", f"{h['speedup']:.2f}×",
-                      f"{b['points_lost']:+.2f}", f"{b['speedup']:.2f}×"))  # fmt: skip
+        crows.append((name, f"{h['points_lost']:+.2f}", _discordant(h), f"{h['speedup']:.2f}×",
+                      f"{b['points_lost']:+.2f}", _discordant(b), f"{b['speedup']:.2f}×"))  # fmt: skip
     ahead = ["recipe", "solver", "tolerance", "accuracy",
              "evaluations per example (mean ± std, range)"]  # fmt: skip
     arows, lines = [], []

@@ -207,8 +207,24 @@ def test_compression_numbers_are_those_of_the_models_they_name(getkey, rng):
     assert h["accuracy_to"] == b["accuracy_from"] == wbc.evaluate(m, data)
     assert b["accuracy_to"] == wbc.evaluate(wbc.coarsen_depth(m, 2), data)
     assert h["points_lost"] == pytest.approx(100 * (h["accuracy_from"] - h["accuracy_to"]))
+    # The images lost and gained account exactly for the accuracy each change loses.
+    n = len(data)
+    for d in (h, b):
+        net = d["images_lost"] - d["images_gained"]
+        assert net == round(n * (d["accuracy_from"] - d["accuracy_to"]))
+        assert d["mcnemar_p"] == CD.mcnemar_p(d["images_lost"], d["images_gained"])
     assert h["speedup"] == pytest.approx(h["seconds_from"] / h["seconds_to"])
     assert b["layers_to"] == 1
+
+
+def test_mcnemar_p_is_the_exact_binomial_test():
+    """`mcnemar_p(lost, gained)` equals SciPy's exact two-sided binomial test of `lost` out of
+    `lost + gained` at 1/2 (1e-12), and is 1 with no discordant example."""
+    stats = pytest.importorskip("scipy.stats", reason="the oracle is scipy.stats.binomtest")
+    for lost, gained in [(4, 0), (1, 2), (2, 0), (7, 3), (0, 9), (15, 15), (30, 12)]:
+        want = stats.binomtest(lost, lost + gained, 0.5).pvalue
+        assert CD.mcnemar_p(lost, gained) == pytest.approx(want, rel=1e-12, abs=1e-15)
+    assert CD.mcnemar_p(0, 0) == 1.0
 
 
 def test_adaptive_rows_per_solver_and_the_cheapest_accurate_one(getkey, rng):
