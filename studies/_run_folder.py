@@ -423,6 +423,12 @@ def _same_run(
     )
 
 
+def _value(identity: dict, key) -> str:
+    """A field of a run's identity as the refusal shows it: a field left out (one added after
+    runs were written, at a value without effect) is at its default, not None."""
+    return repr(identity[key]) if key in identity else "its default"
+
+
 def _occupied_message(path: pathlib.Path, old: dict | None, study: str, identity: dict) -> str:
     fix = f"give a new folder, or --overwrite to remove its outputs and run {study} there."
     if old is None:
@@ -432,7 +438,7 @@ def _occupied_message(path: pathlib.Path, old: dict | None, study: str, identity
     else:
         before = old.get("identity") or {}
         keys = sorted(set(before) | set(identity), key=str)
-        changed = [f"{k}={before.get(k)!r} there, {identity.get(k)!r} now" for k in keys
+        changed = [f"{k}={_value(before, k)} there, {_value(identity, k)} now" for k in keys
                    if before.get(k) != identity.get(k)]  # fmt: skip
         shown = "; ".join(changed[:3]) + ("; …" if len(changed) > 3 else "")
         what = f"a run of {study} with another config ({shown})"

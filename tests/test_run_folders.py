@@ -184,6 +184,12 @@ def test_another_config_is_refused_and_the_folder_is_untouched(registry, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert "holds a run of tri with another config (n=10 there, 12 now), complete" in err[0]
+    # A field an identity leaves out (added later, at its default) is named as the default.
+    from studies._run_folder import _occupied_message
+
+    old = {"study": "tri", "state": "complete", "identity": {"n": 10, "coarse_weight": 2.0}}
+    msg = _occupied_message(out, old, "tri", {"n": 10})
+    assert "another config (coarse_weight=2.0 there, its default now)" in msg
     assert "--overwrite" in err[0]
     assert _snapshot(out) == before
     # The device layout is not part of the identity: the same run, already complete.
