@@ -8,10 +8,13 @@ with known spectra and on the linearization of a pre-norm Transformer?
    (bisection on the growth `‖U_N‖/‖U_0‖` of the integration by the method's own `step`).
 2. **A random pre-norm encoder** (GELU): dense Jacobian spectra of attention, feed-forward and
    the full field at each layer along the trajectory (checked against matrix-free Arnoldi). The
-   exact flow grows along the modes with `Re λ > 0`, so τ* concerns the decaying modes: the
-   observation integrates the frozen-state linearization `v' = J(u_l) v` with the spectral
-   projector onto them (`wb.analysis.spectral_projector`) applied after every step (it only
-   removes round-off: the exact step map leaves that subspace invariant).
+   exact flow grows along the modes with `Re λ > 0`, so τ* concerns the decaying modes of the
+   frozen-state linearization `v' = J(u_l) v`: the observation applies one step of the
+   method's own `step` to each decaying eigenvector and reads its amplification factor with
+   the left eigenvector (`wb.analysis.observed_modal_max_stable_step`). A growth trial over
+   many steps cannot resolve τ* here: on a trained layer's non-normal Jacobian the projector
+   onto the decaying modes leaks the growing ones back, and a mode near the imaginary axis is
+   outgrown in the frame by slower decaying ones.
 3. The local Lipschitz constant of attention (power iteration on `JᵀJ`) on layer-normed random
    inputs, max over samples, against the attention scale β and the sequence length n.
 4. Finite-time Lyapunov exponents of the network's layer map (QR method) along the trajectory.
@@ -67,9 +70,10 @@ class Config:
     """Stable = ‖U_N‖/‖U_0‖ ≤ growth and a late growth rate ≤ the rate tolerance below."""
     linear_rate_tol: float = 1e-6
     """Largest accepted late growth rate per step (linear fields)."""
-    model_rate_tol: float = 1e-4
-    """The same on the model's linearization (looser: the spectral projector of a non-normal
-    Jacobian is applied in floating point and leaks a little)."""
+    amplification_tol: float = 1e-9
+    """On the model's linearization a decaying mode is amplified when its observed factor
+    `|r_i(τ)|` exceeds `1 + amplification_tol` (the round-off of `r_i` is about the condition
+    number of the eigenvectors times 1e-16)."""
     linear_tolerance: float = 0.02
     """Acceptance: |observed τ* / predicted τ* − 1| on the linear fields."""
     model_tolerance: float = 0.05
@@ -84,8 +88,6 @@ class Config:
     """Hidden width of the feed-forward block."""
     n: int = 8
     """Tokens n of the input state (also the length of the Lipschitz inputs at each β)."""
-    model_steps: int = 2000
-    """Steps per growth trial on the model's linearization."""
     krylov_dim: int = 64
     """Krylov subspace dimension of the Arnoldi check of the dense Jacobian spectra."""
     betas: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
@@ -106,10 +108,10 @@ class Config:
         check_choices(self, "methods", wb.registry.UNSPLIT_RK)
         check_choices(self, "splittings", wb.registry.SPLITTING_SCHEMES)
         check_nonempty(self, "methods", "betas", "seq_lens")
-        check_positive(self, "linear_steps", "d", "heads", "layers", "dff", "n", "model_steps")
+        check_positive(self, "linear_steps", "d", "heads", "layers", "dff", "n")
         check_positive(self, "krylov_dim", "betas", "seq_lens", "lipschitz_samples")
-        check_positive(self, "linear_tolerance", "model_tolerance")
-        check_positive(self, "linear_rate_tol", "model_rate_tol", allow_zero=True)
+        check_positive(self, "linear_tolerance", "model_tolerance", "amplification_tol")
+        check_positive(self, "linear_rate_tol", allow_zero=True)
         check_range(self, "linear_dim", 4)
         check_range(self, "growth", 1.0, low_open=True)
         divisors = [h for h in range(1, self.d + 1) if self.d % h == 0]
@@ -121,11 +123,10 @@ class Config:
         """Peak bytes of `compute` (`studies._memory`, float64), dominated by the model's
         linearization at one layer, `N = n · d` unknowns: the dense Jacobian by `jax.jacfwd`
         (`N` tangents through one evaluation, the `N × N` matrix), its eigendecomposition and
-        spectral projector (complex eigenvectors and their inverse: about `10·N²`), and the
-        observed stable step's trials (`_memory.growth_trial_bytes`: 32 step sizes at once, each
-        integrating the frame of decaying modes, about `N/2` columns, with the methods' largest
-        Runge–Kutta stages); the Lyapunov exponents' `N × N` frame and the linear test fields
-        (`linear_dim`) are smaller."""
+        eigenvectors' inverse (complex: about `10·N²`), and the observed stable step (the
+        Jacobian in complex, and one step of the method on the decaying eigenvectors, about
+        `N/2`, with its largest Runge–Kutta stages); the Lyapunov exponents' `N × N` frame and
+        the linear test fields (`linear_dim`) are smaller."""
         from studies import _memory as M
 
         d, dff, heads, layers = self.d, self.dff, self.heads, self.layers
@@ -136,7 +137,7 @@ class Config:
         evaluation = M.attention_layer_floats(self.n, d, dff, heads)
         rk = max(wb.registry.UNSPLIT_RK[m].tableau.num_stages for m in self.methods)
         jacobian = M.array_bytes(size, evaluation) + M.array_bytes(10, size, size)
-        trials = M.growth_trial_bytes(size, -(-size // 2), stages=rk)
+        trials = M.array_bytes(2 * size * size + 2 * (rk + 3) * size * -(-size // 2))
         linear = M.growth_trial_bytes(self.linear_dim, self.linear_dim)
         lipschitz = M.array_bytes(
             self.lipschitz_samples,
@@ -144,7 +145,7 @@ class Config:
             M.attention_layer_floats(max(self.seq_lens), d, 0, heads),
         )
         params = M.array_bytes(3, M.encoder_parameters(d, dff, layers))
-        return jacobian + trials + max(linear, lipschitz) + params
+        return max(jacobian + trials, linear, lipschitz) + params  # one phase at a time
 
 
 def smoke_config() -> Config:
@@ -156,7 +157,6 @@ def smoke_config() -> Config:
         layers=2,
         dff=16,
         n=4,
-        model_steps=1000,
         krylov_dim=24,
         splittings=("lie",),
         betas=(0.25, 4.0),
@@ -276,21 +276,12 @@ def _layer(config: Config, eq, layer: int, u) -> Layer:
     cutoff = 1e-8 * float(np.abs(full).max())
     decaying = full[full.real < -cutoff]
     jac = wa.jacobian_matrix(fields["full"], u)
-    proj, k = wa.spectral_projector(jac, cutoff)
-    frame = proj @ np.random.default_rng(layer).normal(size=(u.size, k))
     steps = {}
     for name in config.methods:
         method = wa.unsplit_method(name)
         pred = wa.max_stable_step(method, decaying)
-        obs = wa.observed_max_stable_step(
-            method,
-            jac,
-            frame,
-            tau_max=3 * pred,
-            num_steps=config.model_steps,
-            growth=config.growth,
-            projector=proj,
-            rate_tol=config.model_rate_tol,
+        obs = wa.observed_modal_max_stable_step(
+            method, jac, tau_max=3 * pred, decay_cutoff=cutoff, tol=config.amplification_tol
         )
         steps[name] = _row(f"layer {layer}", name, pred, obs)
     return Layer(
@@ -455,17 +446,19 @@ def report(results: Results) -> str:
     return "\n\n".join(
         [
             "Maximal stable step τ*: the first τ at which some mode is amplified (|R(τλ)| > 1), "
-            "predicted from R computed from the Butcher tableau; observed = bisection on "
-            f"‖U_N‖/‖U_0‖ ≤ {config.growth:g} after N = {config.linear_steps} (linear) / "
-            f"{config.model_steps} (model) steps of the method's own `step`, with a late growth "
-            f"rate ≤ {config.linear_rate_tol:g} (linear) / {config.model_rate_tol:g} (model) per "
-            "step (it resolves τ* where |R(τλ)| leaves 1 slowly, near the imaginary axis).",
+            "predicted from R computed from the Butcher tableau. Observed on the linear fields: "
+            f"bisection on ‖U_N‖/‖U_0‖ ≤ {config.growth:g} after N = {config.linear_steps} steps "
+            f"of the method's own `step`, with a late growth rate ≤ {config.linear_rate_tol:g} "
+            "per step (it resolves τ* where |R(τλ)| leaves 1 slowly, near the imaginary axis). "
+            "Observed on the model: one step of the method's own `step` on each decaying "
+            "eigenvector, its amplification factor read with the left eigenvector, amplified "
+            f"when above 1 + {config.amplification_tol:g}.",
             "### Linear fields with known spectra",
             lin,
             "### Pre-norm encoder: Jacobian spectra along the trajectory",
             spec,
             "τ* below concerns the decaying modes (Re λ < 0) of the frozen-state linearization "
-            "per layer, integrated with the dense Jacobian.",
+            "per layer (the dense Jacobian).",
             mod,
             "Smallest predicted τ* along the trajectory: "
             + ", ".join(f"{k} {v:.4g}" for k, v in _step_min(results).items())

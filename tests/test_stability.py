@@ -113,6 +113,23 @@ def test_predicted_vs_observed_within_two_percent(kind, rng):
         assert pm == pytest.approx(pred, rel=1e-5)
 
 
+def test_modal_observation_resolves_modes_near_the_imaginary_axis_next_to_growing_ones(rng):
+    """A non-normal field like a trained layer's linearization: decaying pairs close to the
+    imaginary axis (`|R|` leaves 1 slowly there), fast decaying modes and growing ones. One
+    step of the method's own `step` on each decaying eigenvector finds the τ* of the
+    polynomial roots to the bisection tolerance (1e-4), for every method; with no decaying
+    mode nothing can be amplified (inf)."""
+    pairs = np.array([-0.01 + 2j, -0.05 + 1j, -0.2 + 0.5j])
+    eigs = np.concatenate([pairs, pairs.conj(), [-0.5, -2.0, -5.0, 0.3, 1.0]])
+    jac = _matrix_with_spectrum(eigs, rng)
+    decaying = eigs[eigs.real < 0]
+    for method in (S.Euler(), S.Heun(), S.RK4()):
+        pred = wa.max_stable_step(method, decaying)
+        obs = wa.observed_modal_max_stable_step(method, jac, tau_max=3 * pred, decay_cutoff=1e-8)
+        assert abs(obs / pred - 1) <= 2e-4, (type(method).__name__, pred, obs)
+    assert wa.observed_modal_max_stable_step(S.RK4(), np.eye(3), tau_max=1.0) == np.inf
+
+
 def test_splitting_non_commuting_observed_matches_matrix_prediction(rng):
     q1, _ = np.linalg.qr(rng.normal(size=(6, 6)))
     q2, _ = np.linalg.qr(rng.normal(size=(6, 6)))
@@ -190,6 +207,14 @@ def test_bad_input():
         wa.observed_max_stable_step(S.Euler(), -np.eye(2), np.eye(2), tau_max=1.0, growth=0.5)
     with pytest.raises(ValueError, match="needs a method with a `step`"):
         wa.observed_max_stable_step(diffrax.Tsit5(), -np.eye(2), np.eye(2), tau_max=1.0)
+    with pytest.raises(ValueError, match="the modal observation needs an explicit Runge–Kutta"):
+        wa.observed_modal_max_stable_step(S.LieTrotter(), -np.eye(2), tau_max=1.0)
+    with pytest.raises(ValueError, match="decay_cutoff=-1"):
+        wa.observed_modal_max_stable_step(S.Euler(), -np.eye(2), tau_max=1.0, decay_cutoff=-1)
+    with pytest.raises(ValueError, match="tol=0"):
+        wa.observed_modal_max_stable_step(S.Euler(), -np.eye(2), tau_max=1.0, tol=0)
+    with pytest.raises(ValueError, match="square"):
+        wa.observed_modal_max_stable_step(S.Euler(), np.ones((2, 3)), tau_max=1.0)
     with pytest.raises(ValueError, match="weights"):
         wa.stability_function(S.Strang(), weights=())
     with pytest.raises(ValueError, match="square"):
@@ -304,9 +329,10 @@ def test_report_and_figures(results):
         ),
         ({"heads": 3}, "heads=3 is not allowed; it must divide d=8: [1, 2, 4, 8]"),
         (
-            {"model_rate_tol": -1e-4},
-            "model_rate_tol=-0.0001 is not allowed; every value must be finite and >= 0",
+            {"linear_rate_tol": -1e-4},
+            "linear_rate_tol=-0.0001 is not allowed; every value must be finite and >= 0",
         ),
+        ({"amplification_tol": 0.0}, "amplification_tol=0.0 is not allowed"),
         ({"linear_tolerance": 0.0}, "linear_tolerance=0.0 is not allowed"),
     ],
 )

@@ -73,6 +73,7 @@ from ._stability import (
     max_stable_step as max_stable_step,
     max_stable_step_matrix as max_stable_step_matrix,
     observed_max_stable_step as observed_max_stable_step,
+    observed_modal_max_stable_step as observed_modal_max_stable_step,
     stability_function as stability_function,
     step_matrix as step_matrix,
 )

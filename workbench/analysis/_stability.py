@@ -441,3 +441,85 @@ def observed_max_stable_step(
         return np.isfinite(total) & (total <= limit) & (rate <= rate_tol)
 
     return _first_failure(stable, tau_max, num_scan, rtol, batched=True)
+
+
+@functools.partial(jax.jit, static_argnames=("rk",))
+def _modal_amplification(jac, right, left, taus, *, rk):
+    # One compilation per (method, shapes). The τ's run one after another (`lax.map`): the
+    # memory is one step's stages on the modes, not one copy per τ.
+    def single(tau):
+        out = rk.step(lambda t, v: jac @ v, 0.0, right, tau)
+        return jnp.max(jnp.abs(jnp.sum(left.T * out, axis=0)))
+
+    return jax.lax.map(single, taus)
+
+
+def observed_modal_max_stable_step(
+    method,
+    jacobian,
+    *,
+    tau_max: float,
+    decay_cutoff: float = 0.0,
+    num_scan: int = 32,
+    rtol: float = 1e-4,
+    tol: float = 1e-9,
+) -> float:
+    r"""The observed maximal stable step on the decaying modes, from one step of the method.
+
+    For `u' = Ju` with `J = V Λ V⁻¹`, one step of an explicit Runge–Kutta method is the matrix
+    `R(τJ)`, which has the eigenvectors of `J`. The method's own `step` is applied to every
+    eigenvector `v_i` of a decaying mode (`Re λ_i < −decay_cutoff`) and its observed
+    amplification factor is read off with the left eigenvector `w_i` (row `i` of `V⁻¹`):
+    `r_i(τ) = w_iᵀ step_τ(v_i)`, which equals `R(τλ_i)` up to round-off times the condition
+    number of `V`. `τ*` = the first `τ` with `max_i |r_i(τ)| > 1 + tol`: a uniform scan of
+    `(0, tau_max]`, refined by bisection.
+
+    Unlike `observed_max_stable_step` (many steps from a frame, bisection on the growth), it
+    needs no number of steps and no projector, so it resolves `τ*` on a large non-normal
+    Jacobian where the growth trial cannot: a mode near the imaginary axis leaves `|R| = 1`
+    slowly and is outgrown in a frame by slower decaying modes, and a projector onto the
+    decaying modes of an ill-conditioned `J` leaks the growing ones back at every step. It
+    checks the code of the step against the region from the Butcher data (`max_stable_step`),
+    mode by mode; the growth trial checks the integration as a whole.
+
+    **Arguments:**
+
+    - `method`: an explicit Runge–Kutta method of `workbench.schemes` (a splitting scheme's
+      step map does not keep the eigenvectors of the summed field).
+    - `jacobian`: a square matrix.
+    - `tau_max`: the scan range (positive); `inf` is returned if no mode is amplified in it or
+      no mode decays.
+    - `decay_cutoff`: modes with `Re λ < −decay_cutoff` count (≥ 0).
+    - `num_scan`, `rtol`: the scan points and the relative bisection tolerance.
+    - `tol`: a mode is amplified when `|r_i| > 1 + tol` (positive; above the round-off of
+      `r_i`).
+
+    **Returns:** `τ*` (float).
+    """
+    _check_positive("tau_max", tau_max)
+    _check_positive("num_scan", num_scan, integer=True)
+    _check_positive("rtol", rtol)
+    _check_positive("tol", tol)
+    if not (isinstance(decay_cutoff, (int, float)) and decay_cutoff >= 0):
+        raise ValueError(f"decay_cutoff={decay_cutoff!r} must be a number >= 0.")
+    if not isinstance(method, AbstractExplicitRK):
+        raise ValueError(
+            f"method={method!r}: the modal observation needs an explicit Runge–Kutta method of "
+            "workbench.schemes (Euler(), Heun(), RK4(), ...): its step map keeps the "
+            "eigenvectors of J; a splitting scheme's does not (use observed_max_stable_step)."
+        )
+    (jac,) = _as_matrices(jacobian)
+    lam, vecs = np.linalg.eig(jac)
+    keep = lam.real < -decay_cutoff
+    if not keep.any():
+        return np.inf
+    left = np.linalg.inv(vecs)[keep]
+    dtype = jnp.result_type(jac.dtype, jnp.complex64)
+    args = [jnp.asarray(a, dtype) for a in (jac, vecs[:, keep], left)]
+
+    def stable(taus):
+        amp = np.asarray(_modal_amplification(*args, jnp.asarray(taus, args[0].real.dtype),
+                                              rk=method))  # fmt: skip
+        return np.isfinite(amp) & (amp <= 1 + tol)
+
+    return _first_failure(stable, tau_max, num_scan, rtol, batched=True)
