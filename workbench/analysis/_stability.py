@@ -514,12 +514,14 @@ def observed_modal_max_stable_step(
     if not keep.any():
         return np.inf
     left = np.linalg.inv(vecs)[keep]
-    dtype = jnp.result_type(jac.dtype, jnp.complex64)
-    args = [jnp.asarray(a, dtype) for a in (jac, vecs[:, keep], left)]
+    # The eigenvectors come from NumPy in complex128; the step runs in JAX's default complex
+    # type (complex64 with x64 off: converted without a warning, and `tol` stays meaningful,
+    # since the eigenvectors keep their float64 accuracy).
+    args = [jnp.asarray(np.asarray(a, complex)) for a in (jac, vecs[:, keep], left)]
+    real = jnp.finfo(args[0].dtype).dtype
 
     def stable(taus):
-        amp = np.asarray(_modal_amplification(*args, jnp.asarray(taus, args[0].real.dtype),
-                                              rk=method))  # fmt: skip
+        amp = np.asarray(_modal_amplification(*args, jnp.asarray(taus, real), rk=method))
         return np.isfinite(amp) & (amp <= 1 + tol)
 
     return _first_failure(stable, tau_max, num_scan, rtol, batched=True)
