@@ -267,21 +267,25 @@ def _linear_study(config: Config, rng) -> list[StepRow]:
 
 def _layer(config: Config, eq, layer: int, u) -> Layer:
     fields = wa.term_fields(eq, layer + 0.5)
-    eigs = {name: wa.jacobian_spectrum(f, u) for name, f in fields.items()}
-    full = eigs["full"]
+    # The full field's dense Jacobian and eigendecomposition once, for its spectrum and every
+    # method's observed step.
+    jac = wa.jacobian_matrix(fields["full"], u)
+    lam, vecs = np.linalg.eig(jac)
+    eigs = {name: wa.jacobian_spectrum(f, u) for name, f in fields.items() if name != "full"}
+    eigs["full"] = full = lam[np.argsort(-np.abs(lam), kind="stable")]
     top = min(4, config.krylov_dim)
     ritz = wa.arnoldi_eigenvalues(
         fields["full"], u, num_eigenvalues=top, krylov_dim=config.krylov_dim
     )
     cutoff = 1e-8 * float(np.abs(full).max())
     decaying = full[full.real < -cutoff]
-    jac = wa.jacobian_matrix(fields["full"], u)
     steps = {}
     for name in config.methods:
         method = wa.unsplit_method(name)
         pred = wa.max_stable_step(method, decaying)
         obs = wa.observed_modal_max_stable_step(
-            method, jac, tau_max=3 * pred, decay_cutoff=cutoff, tol=config.amplification_tol
+            method, jac, tau_max=3 * pred, decay_cutoff=cutoff, tol=config.amplification_tol,
+            eigen=(lam, vecs),
         )
         steps[name] = _row(f"layer {layer}", name, pred, obs)
     return Layer(

@@ -128,6 +128,13 @@ def test_modal_observation_resolves_modes_near_the_imaginary_axis_next_to_growin
         obs = wa.observed_modal_max_stable_step(method, jac, tau_max=3 * pred, decay_cutoff=1e-8)
         assert abs(obs / pred - 1) <= 2e-4, (type(method).__name__, pred, obs)
     assert wa.observed_modal_max_stable_step(S.RK4(), np.eye(3), tau_max=1.0) == np.inf
+    # A decomposition passed in gives the same τ* as the one computed inside (bit for bit).
+    pred = wa.max_stable_step(S.Heun(), decaying)
+    alone = wa.observed_modal_max_stable_step(S.Heun(), jac, tau_max=3 * pred, decay_cutoff=1e-8)
+    given = wa.observed_modal_max_stable_step(
+        S.Heun(), jac, tau_max=3 * pred, decay_cutoff=1e-8, eigen=np.linalg.eig(jac)
+    )
+    assert given == alone
 
 
 @pytest.mark.float32
@@ -233,6 +240,10 @@ def test_bad_input():
         wa.observed_modal_max_stable_step(S.Euler(), -np.eye(2), tau_max=1.0, tol=0)
     with pytest.raises(ValueError, match="square"):
         wa.observed_modal_max_stable_step(S.Euler(), np.ones((2, 3)), tau_max=1.0)
+    with pytest.raises(ValueError, match=r"eigen: .* got \(3,\) and \(2, 2\)"):
+        wa.observed_modal_max_stable_step(
+            S.Euler(), -np.eye(2), tau_max=1.0, eigen=(np.ones(3), np.eye(2))
+        )
     with pytest.raises(ValueError, match="weights"):
         wa.stability_function(S.Strang(), weights=())
     with pytest.raises(ValueError, match="square"):

@@ -463,6 +463,7 @@ def observed_modal_max_stable_step(
     num_scan: int = 32,
     rtol: float = 1e-4,
     tol: float = 1e-9,
+    eigen=None,
 ) -> float:
     r"""The observed maximal stable step on the decaying modes, from one step of the method.
 
@@ -493,6 +494,8 @@ def observed_modal_max_stable_step(
     - `num_scan`, `rtol`: the scan points and the relative bisection tolerance.
     - `tol`: a mode is amplified when `|r_i| > 1 + tol` (positive; above the round-off of
       `r_i`).
+    - `eigen`: `(λ, V)` = `np.linalg.eig(jacobian)` when the caller has it already (e.g. one
+      decomposition for several methods); computed here otherwise.
 
     **Returns:** `τ*` (float).
     """
@@ -509,7 +512,12 @@ def observed_modal_max_stable_step(
             "eigenvectors of J; a splitting scheme's does not (use observed_max_stable_step)."
         )
     (jac,) = _as_matrices(jacobian)
-    lam, vecs = np.linalg.eig(jac)
+    lam, vecs = np.linalg.eig(jac) if eigen is None else map(np.asarray, eigen)
+    if lam.shape != jac.shape[:1] or vecs.shape != jac.shape:
+        raise ValueError(
+            f"eigen: (eigenvalues, eigenvectors) of shapes {jac.shape[:1]} and {jac.shape} "
+            f"(np.linalg.eig of the jacobian); got {lam.shape} and {vecs.shape}."
+        )
     keep = lam.real < -decay_cutoff
     if not keep.any():
         return np.inf
