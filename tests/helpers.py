@@ -1,5 +1,7 @@
 """Test helpers: tree comparison, small models, the list of schemes every conformance test runs."""
 
+import os
+
 import chex
 import equinox as eqx
 import jax
@@ -17,6 +19,12 @@ ALL_SCHEMES = (
     wb.schemes.Yoshida4(),
     wb.schemes.Suzuki4(),
 )
+
+
+def xla_flags(*flags: str) -> str:
+    """`XLA_FLAGS` for a subprocess: the test run's own (e.g. its optimization level, set in
+    `conftest.py`) followed by `flags`."""
+    return " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
 
 
 def tree_allclose(x, y, *, rtol=1e-12, atol=1e-12) -> bool:

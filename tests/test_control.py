@@ -27,6 +27,7 @@ from helpers import (
     tiny_data,
     tiny_model,
     train,
+    xla_flags,
 )
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -258,7 +259,7 @@ _DRIVER = textwrap.dedent(
 
 
 def _run_driver(devices: int, run_dir="", shard: bool = False) -> dict:
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+    env = dict(os.environ, XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"),
                JAX_PLATFORMS="cpu")  # fmt: skip
     code = _DRIVER.format(tests=str(REPO / "tests"))
     done = subprocess.run(
@@ -326,7 +327,7 @@ def test_two_processes_with_sharded_parameters_train_and_checkpoint_as_one(tmp_p
     step-10 checkpoint resumes in one process with the two-process losses to 1e-6."""
     from helpers import run_processes
 
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+    env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=1"),
                JAX_PLATFORMS="cpu")  # fmt: skip
     code = _DISTRIBUTED.format(tests=str(REPO / "tests"))
     outs = run_processes(code, [tmp_path, "shard"], env=env)

@@ -22,7 +22,7 @@ import pytest
 from workbench._sharding import CellMesh
 from workbench.particles._chunking import _block_sizes
 
-from helpers import run_processes
+from helpers import run_processes, xla_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ _SWEEP = textwrap.dedent(
 
 def _env(devices: int) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu", WORKBENCH_PROGRESS="0")
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = xla_flags(f"--xla_force_host_platform_device_count={devices}")
     return env
 
 
