@@ -921,3 +921,51 @@ def test_save_figure_atomic_png(tmp_path):
     with pytest.raises(ValueError, match=r"suffix '\.nope'.*valid suffixes:.*\.png"):
         save_figure(fig, tmp_path / "line.nope")
     assert path.read_bytes() == before and _listing(tmp_path) == ["line.png"]
+
+
+def test_the_command_turns_on_the_compilation_cache_where_it_is_not_set():
+    expect = os.path.join(os.path.expanduser("~"), ".cache", "workbench", "jax")
+    env = cli.compilation_cache_environment({})
+    assert env["JAX_COMPILATION_CACHE_DIR"] == expect
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    assert env["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(2 * 1024**3)
+    xdg = cli.compilation_cache_environment({"XDG_CACHE_HOME": "/x"})
+    assert xdg["JAX_COMPILATION_CACHE_DIR"] == os.path.join("/x", "workbench", "jax")
+    mine = cli.compilation_cache_environment(
+        {"WORKBENCH_JAX_CACHE": "/c", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}
+    )
+    assert mine == {"JAX_COMPILATION_CACHE_DIR": "/c",
+                    "JAX_COMPILATION_CACHE_MAX_SIZE": str(2 * 1024**3)}  # fmt: skip
+    assert cli.compilation_cache_environment({"WORKBENCH_JAX_CACHE": "0"}) == {}
+    assert cli.compilation_cache_environment({"JAX_COMPILATION_CACHE_DIR": "/j"}) == {}
+
+
+@pytest.mark.slow
+def test_a_second_run_reads_every_program_back_from_the_cache_with_the_same_numbers(tmp_path):
+    """Two `workbench run cluster-histograms --smoke` into two folders with one cache: the first
+    writes its programs there; the second reads every one of them back (their access times
+    change) and compiles nothing afresh (no new entry), and its results are the first's, number
+    for number."""
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env.update(WORKBENCH_JAX_CACHE=str(cache), WORKBENCH_PROGRESS="0")
+    repo = pathlib.Path(__file__).resolve().parents[1]
+
+    def run(out):
+        cmd = [sys.executable, "-m", "studies", "run", "cluster-histograms", "--smoke"]
+        cmd += ["--out", out]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env,
+                              timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return json.loads((tmp_path / out / "results.json").read_text())
+
+    def read_times():  # when each entry was last read or written (JAX's size limit keeps it)
+        return {p.name: p.read_bytes() for p in cache.glob("*-atime")}
+
+    first = run(str(tmp_path / "a"))
+    entries, times = set(os.listdir(cache)), read_times()
+    assert len(times) >= 5
+    second = run(str(tmp_path / "b"))
+    assert set(os.listdir(cache)) == entries  # nothing compiled afresh
+    assert all(t != times[name] for name, t in read_times().items())  # every one read again
+    assert first == second
