@@ -15,21 +15,6 @@ import pytest
 X64 = os.environ.get("WORKBENCH_X64", "1") != "0"
 jax.config.update("jax_enable_x64", X64)
 
-# XLA's CPU backend compiles the test run's programs without LLVM's optimizations
-# (`--xla_backend_optimization_level=0`), for the test run only (the library never sets it).
-# Most tests run a program once or a few times, and LLVM's passes take a third to a half of
-# their compile time; a program compiled so runs its elementwise code 2-3x slower and rounds a
-# few operations differently (a float32 training step agrees with the optimized one to round-off,
-# not bit for bit), which every tolerance here allows for, since every comparison is made
-# within one setting. The environment carries it into the subprocesses the tests start (helpers
-# `xla_flags` adds to it, never replaces it). `WORKBENCH_XLA_O0=0`, or an `XLA_FLAGS` that sets
-# the level itself, keeps the default: CI's float32 pass (the user's path) runs so. It must be
-# set before JAX starts its CPU backend, which reads `XLA_FLAGS` once.
-if os.environ.get("WORKBENCH_XLA_O0", "1") != "0":
-    _flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_backend_optimization_level" not in _flags:
-        os.environ["XLA_FLAGS"] = f"{_flags} --xla_backend_optimization_level=0".strip()
-
 # JAX's persistent compilation cache, for the test run only (the library never sets it): many
 # tests compile the same programs (a study's smoke run in-process and again through the command
 # line, in another xdist worker), and an executable compiled once is read back from disk. The

@@ -22,8 +22,7 @@ ALL_SCHEMES = (
 
 
 def xla_flags(*flags: str) -> str:
-    """`XLA_FLAGS` for a subprocess: the test run's own (e.g. its optimization level, set in
-    `conftest.py`) followed by `flags`."""
+    """`XLA_FLAGS` for a subprocess: the test run's own (a user's, kept) followed by `flags`."""
     return " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
 
 
