@@ -173,28 +173,46 @@ class Results:
     wall_time_s: float
 
 
-def _unit(states):
-    return states / jnp.linalg.norm(states, axis=-1, keepdims=True)
+def _unit(states: np.ndarray) -> np.ndarray:
+    return states / np.linalg.norm(states, axis=-1, keepdims=True)
 
 
 @eqx.filter_jit
-def _forward(model, *inputs):
-    """`model(*inputs)`, compiled as one program (not op by op)."""
-    return model(*inputs)
+def _embed(embeddings, ids, types):
+    """The initial token states `(B, n, d)` of a padded batch of sequences (one program)."""
+    return jax.vmap(embeddings)(ids, types)
 
 
 @eqx.filter_jit
-def _forward_batch(model, *inputs):
-    """`jax.vmap(model)(*inputs)`, compiled as one program."""
-    return jax.vmap(model)(*inputs)
+def _layer_states(transformer, u0, mask):
+    """States at every layer boundary 0..L (`(B, L + 1, n, d)`) of a padded batch, one step per
+    layer (one program for the batch)."""
+
+    def one(u, m):
+        sol = transformer.solve(u, mask=m, save_steps=True)
+        return jnp.concatenate([u[None], sol.us])
+
+    return jax.vmap(one)(u0, mask)
 
 
 @eqx.filter_jit
-def _layer_states(transformer, u0, steps_per_layer):
-    """States at every layer boundary 0..L (`(L + 1, n, d)`)."""
-    sol = transformer.solve(u0, save_steps=True)
-    k = steps_per_layer
-    return jnp.concatenate([u0[None], sol.us[k - 1 :: k]])
+def _finals(transformer, u0, mask, num_steps):
+    """`transformer(u, mask=m)` of every sequence of a padded batch, solved by the network's
+    scheme with `num_steps` uniform steps: a traced step count, so one program serves every
+    steps-per-layer of the re-discretization."""
+    solve = lambda u, m: (
+        wb.integrate(transformer.equation, u, transformer.scheme, num_steps=num_steps, mask=m).y
+    )
+    return jax.vmap(solve)(u0, mask)
+
+
+@jax.jit
+def _depth_statistics(states, delta):
+    """Pairwise inner products `(depth, pairs)` and cluster counts `(depth,)` of one
+    sequence's unit token states `(depth, n, d)` (one program per sequence length)."""
+    pairs = jax.vmap(wb.particles.pair_inner_products)(states)
+    clusters = jax.vmap(lambda x: wb.particles.cluster_count(x, threshold=delta))(states)
+    return pairs, clusters
 
 
 def _layer_map(equation, scheme, layer, u):
@@ -211,41 +229,46 @@ def compute(config: Config) -> Results:
         bert = enc.model
         L = bert.transformer.num_layers
         extended = wbc.extend_depth(bert.transformer, c.max_layers)
-        per_text = []
-        for text in PARAGRAPHS:
-            ids, types, _ = enc.tokenize([text])
-            n = int(np.count_nonzero(ids[0]))
-            u0 = bert.embeddings(jnp.asarray(ids[0, :n]), jnp.asarray(types[0, :n]))
-            per_text.append((u0, _unit(_layer_states(extended, u0, 1))))
+        # The paragraphs as one padded batch (padding keys are masked out of attention, so
+        # every real token's trajectory is that of its paragraph solved alone).
+        ids, types, mask = enc.tokenize(list(PARAGRAPHS))
+        lengths = mask.sum(axis=1)
+        u0s = _embed(bert.embeddings, ids, types)
+        mask = mask.astype(bool)
+        raw_states = np.asarray(_layer_states(extended, u0s, mask))  # (paragraph, depth, n, d)
+        per_text = [_unit(raw_states[p, :, :n]) for p, n in enumerate(lengths.tolist())]
         depths = list(range(L + 1)) + list(range(L + c.every, c.max_layers + 1, c.every))
+        stats = [_depth_statistics(x[np.asarray(depths)], c.delta) for x in per_text]
+        pairs_at = [np.asarray(pairs) for pairs, _ in stats]
+        clusters_at = [np.asarray(counts) for _, counts in stats]
         mean_ip, frac, clusters = [], [], []
         hist = []
-        for t in depths:
-            pairs = np.concatenate(
-                [np.asarray(wb.particles.pair_inner_products(x[t])) for _, x in per_text]
-            )
+        for i, t in enumerate(depths):
+            pairs = np.concatenate([p[i] for p in pairs_at])
             mean_ip.append(float(np.mean(pairs)))
             frac.append(float(np.mean(pairs >= 1 - c.delta)))
-            clusters.append(
-                [int(wb.particles.cluster_count(x[t], threshold=c.delta)) for _, x in per_text]
-            )
+            clusters.append([int(counts[i]) for counts in clusters_at])
             if t <= L:
                 counts, _ = np.histogram(np.clip(pairs, -1, 1), bins=c.bins, range=(-1, 1))
                 hist.append(counts / (counts.sum() * (2 / c.bins)))
-        # Re-discretization: final states and paraphrase embeddings at every k.
+        # Re-discretization: final states and paraphrase embeddings at every k (one program
+        # for all k: the step count is traced).
         finals = {}
         flat = [s for pair in PARAPHRASES for s in pair]
-        p_ids, p_types, p_mask = map(jnp.asarray, enc.tokenize(flat))
+        p_ids, p_types, p_mask = enc.tokenize(flat)
+        p_u0 = _embed(bert.embeddings, p_ids, p_types)
+        p_keys = p_mask.astype(bool)
         cosines, unrelated = [], []
+        tr = bert.transformer
         for k in [*c.steps, c.reference_steps]:
-            tr = bert.transformer.rediscretize(steps_per_layer=k)
-            finals[k] = [_forward(tr, u0) for u0, _ in per_text]
+            num_steps = np.asarray(k * L)  # an array: traced, not static
+            out = np.asarray(_finals(tr, u0s, mask, num_steps))
+            finals[k] = [out[p, :n] for p, n in enumerate(lengths.tolist())]
             if k == c.reference_steps:
                 break
-            model = wb.architectures.BERT(bert.embeddings, tr)
-            states = _forward_batch(model, p_ids, p_types, p_mask)
+            states = np.asarray(_finals(tr, p_u0, p_keys, num_steps))
             w = p_mask[..., None].astype(states.dtype)
-            emb = np.asarray(_unit(jnp.sum(states * w, 1) / jnp.sum(w, 1)))
+            emb = _unit(np.sum(states * w, 1) / np.sum(w, 1))
             sims = emb @ emb.T
             cosines.append([sims[2 * i, 2 * i + 1] for i in range(len(PARAPHRASES))])
             off = [sims[a, b] for a in range(len(flat)) for b in range(len(flat))
@@ -253,11 +276,12 @@ def compute(config: Config) -> Results:
             unrelated.append(float(np.mean(off)))
 
         def distance(a, b):
-            return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(finals[a], finals[b]))
+            return max(float(np.max(np.abs(x - y))) for x, y in zip(finals[a], finals[b]))
 
         # Spectra and Lyapunov exponents per layer along the first paragraph's trajectory.
-        u0, _ = per_text[0]
-        states = _layer_states(bert.transformer, u0, 1)
+        # (the extension holds the last layer's controls after L: its states 0..L are the
+        # network's)
+        states = raw_states[0, : L + 1, : int(lengths[0])]
         eq, lie = bert.transformer.equation, wb.schemes.LieTrotter()
         eigs, lyap = [], []
         for layer in range(L):
@@ -290,7 +314,7 @@ def compute(config: Config) -> Results:
         fraction_clustered=np.asarray(frac),
         num_clusters=np.asarray(clusters),
         histograms=np.asarray(hist),
-        num_tokens=np.asarray([x.shape[1] for _, x in per_text]),
+        num_tokens=np.asarray([x.shape[1] for x in per_text]),
         steps=np.asarray(c.steps),
         distance_to_network=to_net,
         distance_to_reference=to_ref,

@@ -10,6 +10,7 @@ import numpy as np
 from jaxtyping import PyTree
 
 from ._checks import is_number, positive_int
+from ._host import stack_arrays
 
 
 def _num_pieces(values) -> int:
@@ -242,7 +243,7 @@ def stack(layers) -> PyTree:
         raise ValueError("stack needs at least one layer.")
     arrays = [eqx.filter(x, eqx.is_array) for x in layers]
     static = eqx.filter(layers[0], eqx.is_array, inverse=True)
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *arrays)
+    stacked = jax.tree.map(lambda *xs: stack_arrays(xs), *arrays)
     return eqx.combine(stacked, static)
 
 

@@ -325,7 +325,7 @@ def cvt_from_hf(state_dict: Mapping, config, *, image_size=(224, 224), dtype=Non
 
         def layer(i):
             lp = f"{p}layers.{i}."
-            lin = lambda n: a(lp + n + ".weight").T
+            lin = lambda n: _array(sd[lp + n + ".weight"].T, dtype)
             qkv_b = lambda r: (a(f"{lp}attention.attention.projection_{r}.bias")
                                if st["qkv_bias"][s] else None)  # fmt: skip
             q_conv = conv(lp, "query", st["stride_q"][s], st["padding_q"][s])

@@ -15,6 +15,7 @@ import numpy as np
 from .._checks import is_number, positive_int
 from .._controls import stack
 from .._equation import PostNorm, PreNorm
+from .._host import device_array
 from ..terms._activations import activation_from_name
 from ..terms._attention import MultiHeadAttention
 from ..terms._feedforward import FeedForward
@@ -61,7 +62,7 @@ def _bool(value, name: str, meaning: str) -> bool:
 
 
 def _array(x, dtype):
-    return jnp.asarray(x, dtype=dtype)
+    return device_array(x, dtype)
 
 
 def _linear_layer(get, names: Mapping, *, num_heads: int, activation, eps: float, dtype,
