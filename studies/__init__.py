@@ -101,8 +101,9 @@ TOUR: tuple[str, ...] = (
 )
 """The studies `workbench tour` runs by default, at smoke size: the headline result of each theme
 (exact recovery, the particle model's clustering and phase diagrams, convergence and splitting
-error, the step-size plan, training as control, a real pretrained model), under two minutes on 2
-CPU cores. `workbench tour --all` runs every registered study."""
+error, the step-size plan, training as control, a real pretrained model), in 80 s on 2 CPU
+cores with an empty compilation cache and 54 s with a filled one. `workbench tour --all` runs
+every registered study."""
 
 SMOKE_SECONDS: dict[str, float] = {
     "continuous-depth": 100.0,
@@ -110,24 +111,24 @@ SMOKE_SECONDS: dict[str, float] = {
     "scheme-architectures": 96.0,
     "adjoint-accuracy": 90.0,
     "depth-refinement": 86.0,
-    "train-digits": 45.0,
-    "splitting-error": 42.0,
+    "train-digits": 61.0,
+    "splitting-error": 10.0,
     "msa-vs-gradient": 38.0,
-    "real-model-dynamics": 37.0,
-    "exact-recovery": 33.0,
+    "real-model-dynamics": 16.0,
+    "exact-recovery": 19.0,
     "regularization-cost": 33.0,
-    "convergence-order": 28.0,
+    "convergence-order": 21.0,
     "train-sequence": 21.0,
     "step-convergence": 18.0,
     "penalty-form": 15.0,
     "stability": 14.0,
     "resolution": 13.0,
-    "cluster-histograms": 9.0,
-    "phase-diagram": 8.0,
+    "cluster-histograms": 6.0,
+    "phase-diagram": 7.0,
     "repulsion": 8.0,
     "high-dimension": 8.0,
-    "plan": 5.0,
-    "metastability": 5.0,
+    "plan": 4.0,
+    "metastability": 4.0,
 }
 """Measured smoke-size wall times (seconds, one 2-core CPU, 2 studies at a time), used only to
 start the slowest studies first when the tour runs several at once (longest-processing-time
