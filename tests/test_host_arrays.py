@@ -74,3 +74,13 @@ def test_a_state_dict_loads_into_an_encoder_without_compiling(caplog):
     reference = load({k: jnp.asarray(v) for k, v in sd.items()})
     for a, b in zip(jax.tree.leaves(model), jax.tree.leaves(reference)):
         _same(a, b)
+
+
+def test_weakly_typed_and_committed_arrays_keep_jax_numpy_semantics():
+    weak = [jnp.asarray(1.5), jnp.asarray(2.5)]  # weakly typed scalars
+    got = stack_arrays(weak)
+    assert got.weak_type == jnp.stack(weak).weak_type
+    committed = [jax.device_put(np.ones(3), jax.devices()[0]) for _ in range(2)]
+    got = stack_arrays(committed)
+    _same(got, jnp.stack(committed))
+    assert got.committed == jnp.stack(committed).committed

@@ -16,12 +16,12 @@ __all__ = ["device_array", "stack_arrays"]
 
 
 def _on_host(x) -> bool:
-    """Whether NumPy can read `x` as it is: a NumPy array/scalar, or a concrete, uncommitted JAX
-    array on one CPU device."""
+    """Whether NumPy can read `x` as it is: a NumPy array/scalar, or a concrete, uncommitted,
+    strongly typed JAX array on one CPU device."""
     if isinstance(x, (np.ndarray, np.generic)):
         return True
-    if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer):
-        return False
+    if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer) or x.weak_type:
+        return False  # (a weakly typed array keeps its weak type through jax.numpy only)
     try:
         devices = x.devices()
         return not x.committed and len(devices) == 1 and next(iter(devices)).platform == "cpu"
