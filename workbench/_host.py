@@ -37,7 +37,7 @@ def device_array(x, dtype=None) -> jax.Array:
     """`jnp.asarray(x, dtype=dtype)`, with the cast and any copy to contiguous memory done in
     NumPy for host inputs (no XLA program compiled). The dtype rules are `jnp.asarray`'s (with
     x64 off a requested float64 is float32, with JAX's warning)."""
-    if not _on_host(x) or isinstance(x, jax.Array):
+    if not isinstance(x, (np.ndarray, np.generic)):  # JAX arrays, Python scalars, ...
         return jnp.asarray(x, dtype=dtype)
     host = np.asarray(x)
     host = host.astype(_canonical(host.dtype if dtype is None else dtype), copy=False)

@@ -119,26 +119,26 @@ class PaperAEncoder(eqx.Module):
         with `dim_feedforward = d` and `layer_norm_eps = 0` to compare with PyTorch.
         """
         self.post_ln_equivalent()  # checks J = 2
-        a, kern = self.attention, self.kernels
+        # Every array to NumPy once (indexing JAX arrays layer by layer compiles per shape).
+        a, kern, norm1, norm2 = jax.tree.map(
+            np.asarray, (self.attention, self.kernels, self.norm1, self.norm2)
+        )
         eye = np.eye(self.d)
-        # Every stacked array to NumPy once (indexing JAX arrays layer by layer compiles).
-        q, k_, v, o = (np.asarray(x) for x in (a.query, a.key, a.value, a.output))
-        qb, kb, vb, ob = (np.asarray(x) for x in (a.query_bias, a.key_bias, a.value_bias,
-                                                  a.output_bias))  # fmt: skip
-        kw, kbias = np.asarray(kern.weight), np.asarray(kern.bias)
-        norms = {k: (np.asarray(n.weight), np.asarray(n.bias))
-                 for k, n in (("norm1", self.norm1), ("norm2", self.norm2))}  # fmt: skip
         sd = {}
-        for i in range(kw.shape[0]):
+        for i in range(kern.weight.shape[0]):
             pre = f"layers.{i}."
-            sd[pre + "self_attn.in_proj_weight"] = np.concatenate([q[i].T, k_[i].T, v[i].T])
-            sd[pre + "self_attn.in_proj_bias"] = np.concatenate([qb[i], kb[i], vb[i]])
-            sd[pre + "self_attn.out_proj.weight"] = o[i].T
-            sd[pre + "self_attn.out_proj.bias"] = ob[i]
+            sd[pre + "self_attn.in_proj_weight"] = np.concatenate(
+                [a.query[i].T, a.key[i].T, a.value[i].T]
+            )
+            sd[pre + "self_attn.in_proj_bias"] = np.concatenate(
+                [a.query_bias[i], a.key_bias[i], a.value_bias[i]]
+            )
+            sd[pre + "self_attn.out_proj.weight"] = a.output[i].T
+            sd[pre + "self_attn.out_proj.bias"] = a.output_bias[i]
             for j in (0, 1):
-                sd[pre + f"linear{j + 1}.weight"] = (eye + kw[i, j]).T
-                sd[pre + f"linear{j + 1}.bias"] = kbias[i, j]
-            for k, (weight, bias) in norms.items():
-                sd[pre + k + ".weight"] = weight[i]
-                sd[pre + k + ".bias"] = bias[i]
+                sd[pre + f"linear{j + 1}.weight"] = (eye + kern.weight[i, j]).T
+                sd[pre + f"linear{j + 1}.bias"] = kern.bias[i, j]
+            for k, norm in (("norm1", norm1), ("norm2", norm2)):
+                sd[pre + k + ".weight"] = norm.weight[i]
+                sd[pre + k + ".bias"] = norm.bias[i]
         return sd
