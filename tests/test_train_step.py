@@ -47,6 +47,25 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
     np.testing.assert_allclose([r["loss"] for r in result.history], losses, rtol=1e-12)
 
 
+def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng):
+    """The augmentation's key is an argument of the compiled step, not a constant in it: the
+    programs of two seeds are the same text, so the second is read back from JAX's persistent
+    compilation cache instead of compiled again."""
+    from workbench.control._trainer import _CompiledStep, _Mesh
+
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+    step = _step(augment=wbc.random_shift(1))
+    params = eqx.filter(model, eqx.is_inexact_array)
+    xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
+    texts = []
+    for seed in (0, 1):
+        state = step.init(model, key=jax.random.key(seed))
+        compiled = _CompiledStep(step, state, _Mesh(None, BATCH), shard_params=False)
+        lowered = compiled.step.lower(params, state.opt_state, xs, ys, jnp.asarray(0), state.key)
+        texts.append(lowered.as_text())
+    assert texts[0] == texts[1]
+
+
 def _poisoned(rng, steps_with_nan):
     """Data whose batches at `steps_with_nan` (batch size 2, seed 0) hold a NaN pixel."""
     data = tiny_data(rng, n=24)

@@ -232,10 +232,12 @@ class _Mesh:
 
 class _CompiledStep:
     """The step as one `jax.jit` program of arrays only (parameters, optimizer state, batch, step
-    index; the model's structure and the step are closed over): unlike `eqx.filter_jit` it
-    returns before the step has finished, so the host prepares the next batch meanwhile. A step
-    that is not finite is simply not assigned on the host (no select of old and new values in
-    the program)."""
+    index, the augmentation's key; the model's structure and the step are closed over): unlike
+    `eqx.filter_jit` it returns before the step has finished, so the host prepares the next batch
+    meanwhile. The key is an argument, not a constant of the program, so runs that differ only
+    in their seed compile the same program (read back from JAX's persistent compilation cache
+    when one is set). A step that is not finite is simply not assigned on the host (no select of
+    old and new values in the program)."""
 
     def __init__(self, train_step: TrainStep, state: TrainState, mesh: _Mesh, shard_params: bool):
         params, static = eqx.partition(state.model, eqx.is_inexact_array)
@@ -243,9 +245,9 @@ class _CompiledStep:
             _layout(params, mesh.replicated, shard_params),
             _layout(state.opt_state, mesh.replicated, shard_params),
         )
-        key = state.key
+        self.key = state.key
 
-        def step(params, opt_state, xs, ys, index):
+        def step(params, opt_state, xs, ys, index, key):
             before = TrainState(eqx.combine(params, static), opt_state, index, key)
             after, info = train_step(before, (xs, ys))
             new = (eqx.filter(after.model, eqx.is_inexact_array), after.opt_state)
@@ -255,7 +257,7 @@ class _CompiledStep:
         self.step = jax.jit(step)
 
     def __call__(self, params, opt_state, xs, ys, index: int):
-        return self.step(params, opt_state, xs, ys, jnp.asarray(index))
+        return self.step(params, opt_state, xs, ys, jnp.asarray(index), self.key)
 
 
 def _leaf_sharding(leaf, replicated):
