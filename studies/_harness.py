@@ -235,19 +235,28 @@ def run_study(
             command=command,
             environment=env,
         ) as folder,
-        _sigterm_as_interrupt(),
+        _signals_as_interrupt() as interrupted,
     ):
         if folder.already_complete:
             return None
         if on_start is not None:
             on_start(folder)
-        results = _compute_and_write(module, config, folder.path, smoke=smoke, env=env)
+        results = _compute_and_write(
+            module, config, folder.path, smoke=smoke, env=env, interrupted=interrupted
+        )
+        interrupted()
         folder.finish("complete", verdict=checked_verdict(module, results))
     return results
 
 
 def _compute_and_write(
-    module: ModuleType, config: Any, out: pathlib.Path, *, smoke: bool, env: Mapping[str, Any]
+    module: ModuleType,
+    config: Any,
+    out: pathlib.Path,
+    *,
+    smoke: bool,
+    env: Mapping[str, Any],
+    interrupted: Callable[[], None] = lambda: None,
 ) -> Any:
     atomic_write_json(
         out / "config.json",
@@ -262,6 +271,7 @@ def _compute_and_write(
         results = module.compute(config, run_dir=out)
     else:
         results = module.compute(config)
+    interrupted()  # a Ctrl-C that landed where Python could not raise it: no results written
     if not isinstance(results, module.Results):
         raise StudyError(
             f"study {module.NAME!r}: compute() must return a Results, got {type(results).__name__}."
@@ -305,25 +315,48 @@ def _compute_and_write(
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def _signals_as_interrupt() -> Iterator[Callable[[], None]]:
     """SIGTERM raises `KeyboardInterrupt`, as Ctrl-C does, so a killed run is recorded as
     interrupted (the training loop installs its own handler that checkpoints first). Only in
-    the main thread, where Python delivers signals."""
+    the main thread, where Python delivers signals.
+
+    A signal's exception can land where Python cannot raise it: in a garbage-collection
+    callback (JAX registers one), a `__del__` or a weakref callback, where Python prints
+    "Exception ignored in ..." and goes on. Such a `KeyboardInterrupt` is kept here, silently
+    (`sys.unraisablehook`), and the function yielded raises it: the caller calls it where the
+    run may stop (after compute, before the run is marked complete), so a Ctrl-C is never
+    lost."""
     import signal
     import threading
 
+    pending: list[BaseException] = []
+
+    def interrupted() -> None:
+        if pending:
+            raise KeyboardInterrupt(str(pending[0]))
+
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield interrupted
         return
 
     def handler(signum, frame):
         del frame
         raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
 
+    unraisable = sys.unraisablehook
+
+    def keep(info):
+        if isinstance(info.exc_value, KeyboardInterrupt):
+            pending.append(info.exc_value)
+        else:
+            unraisable(info)
+
     previous = signal.signal(signal.SIGTERM, handler)
+    sys.unraisablehook = keep
     try:
-        yield
+        yield interrupted
     finally:
+        sys.unraisablehook = unraisable
         signal.signal(signal.SIGTERM, previous)
 
 

@@ -309,6 +309,38 @@ def test_an_interrupted_run_says_one_line_and_is_marked(registry, tmp_path, sign
     )
 
 
+_SWALLOWED = """
+
+def compute(config):
+    class Collected:
+        def __del__(self):  # where a Ctrl-C can land and Python cannot raise it (as in a gc
+            raise KeyboardInterrupt  # callback): it prints "Exception ignored in ..." and goes on
+
+    Collected()
+    return Results(config, sum(range(1, config.n + 1)))
+"""
+
+
+def test_a_ctrl_c_python_could_not_raise_still_interrupts_the_run(registry, tmp_path, capsys,
+                                                                   monkeypatch):  # fmt: skip
+    """A `KeyboardInterrupt` raised in a `__del__` or a garbage-collection callback is not
+    lost: no "Exception ignored" text, the run stops after compute with one line, exit 130,
+    marked interrupted, no results written; the same command runs it again (and, this compute
+    being always interrupted, stops it again)."""
+    (registry / "_wb_runfolder_swallow.py").write_text(_STUDY.format(name="swallow") + _SWALLOWED)
+    monkeypatch.setitem(studies.STUDIES, "swallow", "_wb_runfolder_swallow")
+    out, hook = tmp_path / "run", sys.unraisablehook
+    assert _run("swallow", "--out", out) == 130
+    err = capsys.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err, err
+    assert "marked interrupted; rerun the same command to run it again." in err
+    assert _record(out)["state"] == "interrupted"
+    assert not (out / "results.json").exists()
+    assert sys.unraisablehook is hook  # put back
+    assert _run("swallow", "--out", out) == 130
+    assert [a["state"] for a in _record(out)["attempts"]] == ["interrupted"]
+
+
 def test_an_interrupted_run_resumes_with_its_history(registry, tmp_path):
     out = tmp_path / "run"
     proc = _subprocess(registry, ["tri", "--seconds", 0.5, "--out", out])
