@@ -124,7 +124,8 @@ show(mv.figures(msa))
 #
 # **Train.** The `train-digits` study trains a ViT-style equation on scikit-learn's 8×8 digits
 # (Hugging Face ViT embedding of 4×4 patches, two layers, d = 32), solved with the plan's scheme
-# and steps.
+# and steps for every batch (`depth="fixed"`; training over several step counts is the next
+# section's subject).
 #
 # **Certificate.** After training, `wb.control.certify` measures in float64 whether the *trained*
 # network is still a faithful discretization of its equation: its error against a refined
@@ -135,7 +136,7 @@ show(mv.figures(msa))
 from studies import plan as pl, train_digits as td
 
 model = dataclasses.replace(
-    td.smoke_config(), embedding="vit", patch_size=4, epochs=6, target_accuracy=0.4
+    td.smoke_config(), embedding="vit", patch_size=4, epochs=6, target_accuracy=0.4, depth="fixed"
 )  # 8×8 digits in 4×4 patches: 4 tokens and a class token
 planned = pl.compute(
     dataclasses.replace(
