@@ -256,7 +256,7 @@ def _compute_and_write(
     *,
     smoke: bool,
     env: Mapping[str, Any],
-    interrupted: Callable[[], None] = lambda: None,
+    interrupted: Callable[[], None],
 ) -> Any:
     atomic_write_json(
         out / "config.json",
