@@ -157,6 +157,20 @@ def _study(name: str, out: Path, devices: int, *args: str) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+    """`one_device(name)`: the study's smoke results on one device, computed once per module
+    (metastability's serve two tests)."""
+    done = {}
+
+    def results(name: str) -> dict:
+        if name not in done:
+            done[name] = _study(name, tmp_path_factory.mktemp(name) / "one", 1)
+        return done[name]
+
+    return results
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, abs_tol",
@@ -169,13 +183,13 @@ def _study(name: str, out: Path, devices: int, *args: str) -> dict:
         ("repulsion", 1e-10),
     ],
 )
-def test_studies_over_starts_give_the_numbers_of_one_device(name, abs_tol, tmp_path):
+def test_studies_over_starts_give_the_numbers_of_one_device(name, abs_tol, one_device, tmp_path):
     """The studies whose starts are a grid of independent cells (`wb.map_cells`) give on 8
     simulated devices the numbers of one: counts and histograms exactly (`abs_tol=None`); the
     continuous deviations, errors, Gram matrices and energies to rounding (rel 1e-9 and
     `abs_tol`: each device compiles the program for its own share of the starts, so XLA may
     order a reduction differently)."""
-    one = _study(name, tmp_path / "one", 1)
+    one = one_device(name)
     eight = _study(name, tmp_path / "eight", 8)
     assert (one["num_devices_used"], eight["num_devices_used"]) == (1, 8)
     a, b = _numbers(one), _numbers(eight)
@@ -189,10 +203,10 @@ def test_studies_over_starts_give_the_numbers_of_one_device(name, abs_tol, tmp_p
 
 
 @pytest.mark.slow
-def test_a_study_on_the_first_two_of_eight_devices_gives_the_numbers_of_one(tmp_path):
+def test_a_study_on_the_first_two_of_eight_devices_gives_the_numbers_of_one(one_device, tmp_path):
     """`--devices 2` with 8 visible: the starts go to two devices (recorded), the counts are the
     one-device counts exactly."""
-    one = _study("metastability", tmp_path / "one", 1)
+    one = one_device("metastability")
     two = _study("metastability", tmp_path / "two", 8, "--devices", "2")
     assert (one["num_devices_used"], two["num_devices_used"]) == (1, 2)
     a, b = _numbers(one), _numbers(two)
