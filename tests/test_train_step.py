@@ -66,6 +66,71 @@ def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng):
     assert texts[0] == texts[1]
 
 
+def test_runs_that_differ_in_their_optimizer_settings_compile_one_program(getkey, rng):
+    """`default_optimizer`'s numbers (peak rate, warm-up, length, weight decay, clipping norm)
+    are its state, not constants of the step: the training steps of two settings are the same
+    program text."""
+    from workbench.control._trainer import _CompiledStep, _Mesh
+
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+    params = eqx.filter(model, eqx.is_inexact_array)
+    xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
+    texts = []
+    for lr, steps, warmup, wd, clip in [(1e-2, 8, 2, 0.05, 1.0), (3e-3, 500, 0, 0.1, 0.5)]:
+        step = wbc.TrainStep(
+            wbc.default_optimizer(lr, steps=steps, warmup=warmup, weight_decay=wd, clip=clip)
+        )
+        state = step.init(model, key=jax.random.key(0))
+        compiled = _CompiledStep(step, state, _Mesh(None, BATCH), shard_params=False)
+        lowered = compiled.step.lower(params, state.opt_state, xs, ys, jnp.asarray(0), state.key)
+        texts.append(lowered.as_text())
+    assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("warmup", [0, 5])
+def test_default_optimizer_is_optax_adamw_with_its_warmup_cosine_schedule(getkey, warmup):
+    """Against optax's own `chain(clip_by_global_norm, inject_hyperparams(adamw))` with
+    `warmup_cosine_decay_schedule`: the same rates (float64: to 1e-14 of the closed form
+    η·c/w, then η((1-α)(1 + cos(π(c-w)/D))/2 + α); optax's warm-up is computed in float32, so
+    against optax 1e-6) and the same float32 parameters after 40 updates with clipped and
+    unclipped gradients (1e-6, relative)."""
+    lr, steps, clip = 1e-2, 40, 1.0
+    ours = wbc.default_optimizer(lr, steps=steps, warmup=warmup, clip=clip)
+    schedule = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, steps, lr * 0.01)
+    theirs = optax.chain(
+        optax.clip_by_global_norm(clip),
+        optax.inject_hyperparams(optax.adamw)(learning_rate=schedule, weight_decay=0.05),
+    )
+    params = {"w": jax.random.normal(getkey(), (6, 5), jnp.float32), "b": jnp.ones(5)}
+    params["b"] = params["b"].astype(jnp.float32)
+    s_ours, s_theirs, p_ours, p_theirs = ours.init(params), theirs.init(params), params, params
+    update_ours, update_theirs = jax.jit(ours.update), jax.jit(theirs.update)
+    rates = []
+    for c in range(steps + 3):
+        scale = 3.0 if c % 3 else 0.05  # a norm above the clip, then below it
+        g = jax.tree.map(lambda p: scale * jax.random.normal(getkey(), p.shape, p.dtype), params)
+        u, s_ours = update_ours(g, s_ours, p_ours)
+        p_ours = optax.apply_updates(p_ours, u)
+        u, s_theirs = update_theirs(g, s_theirs, p_theirs)
+        p_theirs = optax.apply_updates(p_theirs, u)
+        rates.append(float(s_ours.hyperparams["learning_rate"]))
+        assert rates[-1] == pytest.approx(float(schedule(c)), rel=1e-6, abs=1e-12)
+    chex.assert_trees_all_close(p_ours, p_theirs, rtol=1e-6, atol=1e-7)
+    assert jax.tree.map(lambda p: p.dtype, p_ours) == jax.tree.map(lambda p: p.dtype, params)
+
+    from workbench.control._optimizer import _rate
+
+    decay, alpha = steps - warmup, 0.01
+    state = ours.init({"w": jnp.zeros(3, jnp.float64)})
+    for c in range(steps + 3):
+        a = min(c - warmup, decay)
+        want = lr * c / warmup if c < warmup else lr * (
+            (1 - alpha) * 0.5 * (1 + np.cos(np.pi * a / decay)) + alpha
+        )  # fmt: skip
+        got = _rate(jnp.asarray(c, jnp.int32), state.schedule)
+        assert got.dtype == jnp.float64 and float(got) == pytest.approx(want, rel=1e-14, abs=0)
+
+
 def _poisoned(rng, steps_with_nan):
     """Data whose batches at `steps_with_nan` (batch size 2, seed 0) hold a NaN pixel."""
     data = tiny_data(rng, n=24)

@@ -75,6 +75,10 @@ from ._objective import (
     KineticEnergy as KineticEnergy,
     Objective as Objective,
 )
+from ._optimizer import (
+    DefaultOptimizerState as DefaultOptimizerState,
+    default_optimizer as default_optimizer,
+)
 from ._saved_models import (
     SaveModel as SaveModel,
     load_model as load_model,
@@ -94,7 +98,6 @@ from ._trainer import (
     Outcome as Outcome,
     TrainingDiverged as TrainingDiverged,
     TrainResult as TrainResult,
-    default_optimizer as default_optimizer,
     evaluate as evaluate,
     train as train,
 )

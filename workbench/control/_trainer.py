@@ -14,17 +14,14 @@ import contextlib
 import dataclasses
 import enum
 import json
-import math
 import signal
 import time
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ._callbacks import (
     METRICS as METRICS,
@@ -42,13 +39,13 @@ from ._checkpoint import (
 )
 from ._data import Dataset, batch_indices, check_batch_size, check_data
 from ._objective import CrossEntropy
+from ._optimizer import _OPTIMIZER_ARGUMENTS
 from ._train_step import TrainState, TrainStep
 
 __all__ = [
     "Outcome",
     "TrainingDiverged",
     "TrainResult",
-    "default_optimizer",
     "evaluate",
     "train",
 ]
@@ -67,50 +64,9 @@ class Outcome(enum.Enum):
     diverged = "diverged"
 
 
-# The arguments of the optimizers `default_optimizer` made, by their `update` function (weak
-# keys: an entry goes with its optimizer).
-_OPTIMIZER_ARGUMENTS: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
-
-
-def default_optimizer(
-    learning_rate: float = 3e-3,
-    *,
-    steps: int,
-    warmup: int = 100,
-    weight_decay: float = 0.05,
-    clip: float = 1.0,
-    final_fraction: float = 0.01,
-) -> optax.GradientTransformation:
-    """AdamW with a linear warm-up to `learning_rate` over `warmup` steps, then cosine decay to
-    `final_fraction · learning_rate` at `steps`, after clipping the global gradient norm to
-    `clip`. The learning rate is injected (`optax.inject_hyperparams`) so it is logged."""
-    for name, value in (("learning_rate", learning_rate), ("clip", clip)):
-        if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-            raise ValueError(f"{name}={value!r} must be a finite number > 0.")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps={steps!r} must be a positive integer.")
-    warmup = min(int(warmup), max(steps - 1, 0))
-    schedule = optax.warmup_cosine_decay_schedule(
-        0.0, learning_rate, warmup, max(steps, warmup + 1), learning_rate * final_fraction
-    )
-    optimizer = optax.chain(
-        optax.clip_by_global_norm(clip),
-        optax.inject_hyperparams(optax.adamw)(learning_rate=schedule, weight_decay=weight_decay),
-    )
-    # An optax transformation is a pair of functions that cannot be compared; the arguments
-    # that made this one can, and join the run's fingerprint (`_fingerprint`).
-    _OPTIMIZER_ARGUMENTS[optimizer.update] = {
-        "default_optimizer": {
-            "learning_rate": float(learning_rate), "steps": int(steps), "warmup": int(warmup),
-            "weight_decay": float(weight_decay), "clip": float(clip),
-            "final_fraction": float(final_fraction),
-        }
-    }  # fmt: skip
-    return optimizer
-
-
 def _learning_rate(opt_state) -> float | None:
-    """The learning rate an `optax.inject_hyperparams` optimizer holds, or None (an empty cell in
+    """The learning rate an optimizer's state holds in `hyperparams` (`default_optimizer`'s,
+    an `optax.inject_hyperparams` one's), or None (an empty cell in
     `metrics.csv`) for an optimizer without one, e.g. a plain `optax.sgd` or the MSA method's."""
     for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "hyperparams")):
         if hasattr(s, "hyperparams") and "learning_rate" in s.hyperparams:
