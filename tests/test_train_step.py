@@ -92,8 +92,8 @@ def test_default_optimizer_is_optax_adamw_with_its_warmup_cosine_schedule(getkey
     """Against optax's own `chain(clip_by_global_norm, inject_hyperparams(adamw))` with
     `warmup_cosine_decay_schedule`: the same rates (float64: to 1e-14 of the closed form
     η·c/w, then η((1-α)(1 + cos(π(c-w)/D))/2 + α); optax's warm-up is computed in float32, so
-    against optax 1e-6) and the same float32 parameters after 40 updates with clipped and
-    unclipped gradients (1e-6, relative)."""
+    against optax 1e-6) and the same float32 parameters after 43 updates (3 past the end),
+    with clipped and unclipped gradients (1e-6, relative)."""
     lr, steps, clip = 1e-2, 40, 1.0
     ours = wbc.default_optimizer(lr, steps=steps, warmup=warmup, clip=clip)
     schedule = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, steps, lr * 0.01)
