@@ -1,6 +1,7 @@
 """The test run's `--dist loadfile` ends, naming the test, when a worker crashes (`xdist_crash.py`).
 
-A small project whose second file kills its worker with SIGSEGV in its second test runs under
+A small project whose second file kills its worker in its second test (SIGSEGV, or a hang that
+pytest's `faulthandler_timeout` ends, as `pyproject.toml` sets it for this suite) runs under
 pytest-xdist with the scheduler of `tests/xdist_crash.py`. xdist's own scheduler hangs on it
 (the finished first file goes back to the queue as an empty work unit); ours must end within
 the time limit, report exactly the crashed test as failed, and run every other test once.
@@ -26,7 +27,13 @@ def log(name):
 """
 
 
-def _project(root: pathlib.Path) -> None:
+KILL = {
+    "segfault": "os.kill(os.getpid(), signal.SIGSEGV)",
+    "hang": "time.sleep(600)",  # the run below sets faulthandler_timeout=2
+}
+
+
+def _project(root: pathlib.Path, kill: str) -> None:
     (root / "pytest.ini").write_text("[pytest]\n")
     (root / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n"
@@ -35,19 +42,21 @@ def _project(root: pathlib.Path) -> None:
     for name in ("a", "c", "d"):
         (root / f"test_{name}.py").write_text(LOG + THREE)
     (root / "test_b.py").write_text(
-        LOG + "import signal\n"
+        LOG + "import signal, time\n"
         "def test_1(): log('1')\n"
-        "def test_crash(): log('crash'); os.kill(os.getpid(), signal.SIGSEGV)\n"
+        f"def test_crash(): log('crash'); {KILL[kill]}\n"
         "def test_3(): log('3')\n"
     )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_crashed_worker_fails_its_test_and_the_run_goes_on(tmp_path, workers):
-    _project(tmp_path)
+@pytest.mark.parametrize("kill", sorted(KILL))
+def test_a_crashed_worker_fails_its_test_and_the_run_goes_on(tmp_path, kill, workers):
+    _project(tmp_path, kill)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers),
-           "--dist", "loadfile", "-rf"]  # fmt: skip
+           "--dist", "loadfile", "-rf", "-o", "faulthandler_timeout=2",
+           "-o", "faulthandler_exit_on_timeout=true"]  # fmt: skip
     try:
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=180)  # fmt: skip
