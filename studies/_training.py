@@ -336,23 +336,25 @@ def solve_seconds(model, xs, repeats: int) -> float:
     return solve_seconds_side_by_side([model], xs, repeats)[0]
 
 
-def solve_seconds_side_by_side(models, xs, repeats: int) -> list[float]:
+def solve_seconds_side_by_side(models, xs, repeats: int, *, outputs: bool = False):
     """Median warm wall times of the jitted held-out solves of `models` (`vmap` over `xs`),
     timed in interleaved rounds (one run of each model per round, `repeats` rounds after one
     compiling run each), so that a change of the machine's load between models shows in every
-    model's times alike and their ratios compare like with like."""
+    model's times alike and their ratios compare like with like. With `outputs`, also the
+    models' outputs on `xs` (NumPy, from the compiling runs): `(times, outputs)`."""
     import time
 
     fs = [jax.jit(jax.vmap(m)) for m in models]
-    for f in fs:
-        jax.block_until_ready(f(xs))
+    first = [f(xs) for f in fs]
+    jax.block_until_ready(first)
     times = [[] for _ in fs]
     for _ in range(repeats):
         for f, t in zip(fs, times):
             t0 = time.perf_counter()
             jax.block_until_ready(f(xs))
             t.append(time.perf_counter() - t0)
-    return [float(np.median(t)) for t in times]
+    medians = [float(np.median(t)) for t in times]
+    return (medians, [np.asarray(y) for y in first]) if outputs else medians
 
 
 def training_seconds(trained: wbc.TrainResult, results: Any) -> float:

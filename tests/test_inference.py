@@ -69,6 +69,41 @@ def test_a_tight_tolerance_is_the_converged_equation_and_costs_more(getkey, rng)
     assert d["min_evaluations"] == tight.evaluations.min()
 
 
+def test_adaptive_accuracy_compiles_once_for_every_tolerance_and_model(getkey, rng, monkeypatch):
+    """Three tolerances on two models of the same structure trace the batched solve once (the
+    tolerances and the weights are arguments of one program, per batch shape), and each result
+    equals a solve with its tolerance and weights as constants, evaluation by evaluation."""
+    from workbench.control import _inference
+
+    traces = []
+    integrate = _inference.integrate
+
+    def counted(*args, **kwargs):
+        traces.append(None)
+        return integrate(*args, **kwargs)
+
+    monkeypatch.setattr(_inference, "integrate", counted)
+    models, data = [_model(getkey), _model(getkey)], tiny_data(rng, n=22)
+    for m in models:
+        for tol in (1e-1, 1e-3, 1e-6):
+            out = wbc.adaptive_accuracy(m, data, rtol=tol, atol=tol, batch_size=11)
+            eq, ctrl = m.transformer.equation, diffrax.PIDController(rtol=tol, atol=tol)
+
+            @jax.jit
+            def constant(xs):
+                def one(x):
+                    sol = integrate(eq, m.embedding(x), diffrax.Bosh3(), stepsize_controller=ctrl,
+                                    dt0=eq.piece_length, max_steps=256, throw=False)  # fmt: skip
+                    return m.head(sol.y), sol.stats["num_evaluations"]
+
+                return jax.vmap(one)(xs)
+
+            logits, evals = constant(jnp.asarray(data.inputs))
+            np.testing.assert_array_equal(out.evaluations, evals)
+            assert out.accuracy == _accuracy(np.asarray(logits), data.targets)
+    assert len(traces) == 1  # one trace: 6 calls, 12 batches of 11
+
+
 def test_adaptive_accuracy_rejects_bad_input_naming_it(getkey, rng):
     m, data = _model(getkey), tiny_data(rng, n=8)
     with pytest.raises(ValueError, match="rtol=0 must be a positive number"):

@@ -16,6 +16,7 @@ tried on each layer is the whole layer (`dt0 = h`), so no evaluations go to gues
 import dataclasses
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -97,25 +98,16 @@ def adaptive_accuracy(
             f"solver={solver!r} has no error estimate; pass an adaptive diffrax solver: "
             "diffrax.Bosh3(), Tsit5(), Dopri5(), Heun()."
         )
-    controller = diffrax.PIDController(rtol=rtol, atol=atol)
-    equation = model.transformer.equation
-
-    @jax.jit
-    def batch(xs):
-        def one(x):
-            sol = integrate(equation, model.embedding(x), solver, stepsize_controller=controller,
-                            dt0=equation.piece_length, max_steps=max_steps, throw=False)  # fmt: skip
-            ok = sol.result == RESULTS.successful
-            return model.head(sol.y), sol.stats["num_evaluations"], ok
-
-        return jax.vmap(one)(xs)
-
+    # The tolerances are arguments of the compiled solve, not constants of it: every tolerance,
+    # and every model of the same structure, runs the same program (one per batch shape).
+    tolerances = jnp.asarray([rtol, atol])
     hits = count = failed = 0
     evaluations = []
     for i in range(0, len(data), batch_size):
         xs = jnp.asarray(data.inputs[i : i + batch_size])
         ys = np.asarray(data.targets[i : i + batch_size])
-        logits, evals, ok = (np.asarray(a) for a in batch(xs))
+        out = _adaptive_batch(model, solver, tolerances, xs, max_steps)
+        logits, evals, ok = (np.asarray(a) for a in out)
         keep = ys >= 0
         right = (logits.argmax(-1) == ys) & keep
         if right.ndim > 1:  # per-position targets: a failed example scores nothing
@@ -134,3 +126,22 @@ def adaptive_accuracy(
         rtol=float(rtol),
         atol=float(atol),
     )
+
+
+@eqx.filter_jit
+def _adaptive_batch(model, solver, tolerances, xs, max_steps: int):
+    """Logits, field evaluations and success of the adaptive solves of the batch `xs`; the
+    tolerances `(rtol, atol)` are an array, cast to the state's dtype as the Python floats they
+    stand for would be."""
+    equation = model.transformer.equation
+
+    def one(x):
+        u0 = model.embedding(x)
+        rtol, atol = tolerances.astype(u0.dtype)
+        controller = diffrax.PIDController(rtol=rtol, atol=atol)
+        sol = integrate(equation, u0, solver, stepsize_controller=controller,
+                        dt0=equation.piece_length, max_steps=max_steps, throw=False)  # fmt: skip
+        ok = sol.result == RESULTS.successful
+        return model.head(sol.y), sol.stats["num_evaluations"], ok
+
+    return jax.vmap(one)(xs)
