@@ -336,22 +336,30 @@ def solve_seconds(model, xs, repeats: int) -> float:
     return solve_seconds_side_by_side([model], xs, repeats)[0]
 
 
+@eqx.filter_jit
+def _batch_solve(model, xs):
+    """`model` on every input of `xs`: the program a user deploys, the weights its arguments
+    (not constants folded in), so models of one structure share one compilation."""
+    return jax.vmap(model)(xs)
+
+
 def solve_seconds_side_by_side(models, xs, repeats: int, *, outputs: bool = False):
     """Median warm wall times of the jitted held-out solves of `models` (`vmap` over `xs`),
     timed in interleaved rounds (one run of each model per round, `repeats` rounds after one
     compiling run each), so that a change of the machine's load between models shows in every
-    model's times alike and their ratios compare like with like. With `outputs`, also the
-    models' outputs on `xs` (NumPy, from the compiling runs): `(times, outputs)`."""
+    model's times alike and their ratios compare like with like. The solve takes the weights as
+    arguments (`_batch_solve`): models of one structure (another recipe or seed, a model read
+    back from its folder) share one compiled program. With `outputs`, also the models' outputs
+    on `xs` (NumPy, from the first runs): `(times, outputs)`."""
     import time
 
-    fs = [jax.jit(jax.vmap(m)) for m in models]
-    first = [f(xs) for f in fs]
+    first = [_batch_solve(m, xs) for m in models]
     jax.block_until_ready(first)
-    times = [[] for _ in fs]
+    times = [[] for _ in models]
     for _ in range(repeats):
-        for f, t in zip(fs, times):
+        for m, t in zip(models, times):
             t0 = time.perf_counter()
-            jax.block_until_ready(f(xs))
+            jax.block_until_ready(_batch_solve(m, xs))
             t.append(time.perf_counter() - t0)
     medians = [float(np.median(t)) for t in times]
     return (medians, [np.asarray(y) for y in first]) if outputs else medians
