@@ -71,8 +71,9 @@ def test_a_tight_tolerance_is_the_converged_equation_and_costs_more(getkey, rng)
 
 def test_adaptive_accuracy_compiles_once_for_every_tolerance_and_model(getkey, rng, monkeypatch):
     """Three tolerances on two models of the same structure trace the batched solve once (the
-    tolerances and the weights are arguments of one program, per batch shape), and each result
-    equals a solve with its tolerance and weights as constants, evaluation by evaluation."""
+    tolerances and the weights are arguments of one program; 23 examples in batches of at most
+    12 are two batches of 12, the second padded, not 12 and 11), and each result equals a solve
+    of all 23 with its tolerance and weights as constants, evaluation by evaluation."""
     from workbench.control import _inference
 
     traces = []
@@ -83,10 +84,10 @@ def test_adaptive_accuracy_compiles_once_for_every_tolerance_and_model(getkey, r
         return integrate(*args, **kwargs)
 
     monkeypatch.setattr(_inference, "integrate", counted)
-    models, data = [_model(getkey), _model(getkey)], tiny_data(rng, n=22)
+    models, data = [_model(getkey), _model(getkey)], tiny_data(rng, n=23)
     for m in models:
         for tol in (1e-1, 1e-3, 1e-6):
-            out = wbc.adaptive_accuracy(m, data, rtol=tol, atol=tol, batch_size=11)
+            out = wbc.adaptive_accuracy(m, data, rtol=tol, atol=tol, batch_size=12)
             eq, ctrl = m.transformer.equation, diffrax.PIDController(rtol=tol, atol=tol)
 
             @jax.jit
@@ -101,7 +102,29 @@ def test_adaptive_accuracy_compiles_once_for_every_tolerance_and_model(getkey, r
             logits, evals = constant(jnp.asarray(data.inputs))
             np.testing.assert_array_equal(out.evaluations, evals)
             assert out.accuracy == _accuracy(np.asarray(logits), data.targets)
-    assert len(traces) == 1  # one trace: 6 calls, 12 batches of 11
+    assert len(traces) == 1  # one trace: 6 calls, 12 batches of 12
+
+
+def test_held_out_accuracy_runs_one_batch_shape_and_counts_every_example_once(getkey, rng):
+    """23 examples in batches of at most 10: three batches of 8 (the last padded by repeating
+    its last example), one batch shape for the compiled prediction, and the accuracy of all 23
+    predicted at once; per-position targets < 0 still count as nothing."""
+    from workbench.control._callbacks import held_out_accuracy
+
+    model, data = _model(getkey), tiny_data(rng, n=23)
+    shapes = []
+
+    def predict(m, xs):
+        shapes.append(xs.shape[0])
+        return jax.vmap(m)(xs)
+
+    got = held_out_accuracy(model, data, batch_size=10, predict=predict)
+    logits = np.asarray(jax.vmap(model)(jnp.asarray(data.inputs)))
+    assert shapes == [8, 8, 8]
+    assert got == pytest.approx(_accuracy(logits, data.targets), abs=1e-12)
+    ignored = wbc.Dataset(data.inputs, np.where(np.arange(23) < 20, data.targets, -1))
+    want = _accuracy(logits[:20], data.targets[:20])
+    assert held_out_accuracy(model, ignored, batch_size=10) == pytest.approx(want, abs=1e-12)
 
 
 def test_adaptive_accuracy_rejects_bad_input_naming_it(getkey, rng):

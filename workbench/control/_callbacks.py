@@ -40,7 +40,7 @@ from ._checkpoint import (
     mismatch_message,
     params_sha256,
 )
-from ._data import Dataset, check_data
+from ._data import Dataset, check_data, even_batches
 from ._objective import accuracy
 from ._train_step import TrainState, TrainStep
 
@@ -380,9 +380,9 @@ def held_out_accuracy(model, data: Dataset, *, batch_size: int = 512, predict=No
     the logits of a batch (default: `vmap` of the model, compiled once per model)."""
     predict = _predict if predict is None else predict
     hits, count = 0.0, 0
-    for i in range(0, len(data), batch_size):
-        xs, ys = data.inputs[i : i + batch_size], data.targets[i : i + batch_size]
-        logits = predict(model, jnp.asarray(xs))
+    for indices, length in even_batches(len(data), batch_size):  # one batch shape
+        xs, ys = data.inputs[indices], data.targets[indices[:length]]
+        logits = predict(model, jnp.asarray(xs))[:length]
         keep = np.asarray(ys) >= 0
         hits += float(accuracy(logits, jnp.asarray(ys))) * keep.sum()
         count += keep.sum()

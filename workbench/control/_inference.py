@@ -23,7 +23,7 @@ import numpy as np
 
 from .._integrate import integrate
 from .._solution import RESULTS
-from ._data import Dataset
+from ._data import Dataset, even_batches
 from ._models import ControlledModel
 
 
@@ -83,7 +83,8 @@ def adaptive_accuracy(
       by default; `diffrax.Heun()` (order 2 with an Euler estimate) costs two per step.
     - `rtol`, `atol`: the `diffrax.PIDController` tolerances.
     - `max_steps`: the most steps per layer; an example that needs more counts as failed.
-    - `batch_size`: examples per compiled batch.
+    - `batch_size`: at most this many examples per compiled batch (the batches are of
+      near-equal length, padded to one shape: one compilation).
     """
     if not isinstance(model, ControlledModel):
         raise ValueError(f"model must be a ControlledModel, got {type(model).__name__}.")
@@ -99,15 +100,15 @@ def adaptive_accuracy(
             "diffrax.Bosh3(), Tsit5(), Dopri5(), Heun()."
         )
     # The tolerances are arguments of the compiled solve, not constants of it: every tolerance,
-    # and every model of the same structure, runs the same program (one per batch shape).
+    # and every model of the same structure, runs the same program (the batches have one shape).
     tolerances = jnp.asarray([rtol, atol])
     hits = count = failed = 0
     evaluations = []
-    for i in range(0, len(data), batch_size):
-        xs = jnp.asarray(data.inputs[i : i + batch_size])
-        ys = np.asarray(data.targets[i : i + batch_size])
+    for indices, length in even_batches(len(data), batch_size):
+        xs = jnp.asarray(data.inputs[indices])
+        ys = np.asarray(data.targets[indices[:length]])
         out = _adaptive_batch(model, solver, tolerances, xs, max_steps)
-        logits, evals, ok = (np.asarray(a) for a in out)
+        logits, evals, ok = (np.asarray(a)[:length] for a in out)
         keep = ys >= 0
         right = (logits.argmax(-1) == ys) & keep
         if right.ndim > 1:  # per-position targets: a failed example scores nothing
