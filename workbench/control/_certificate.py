@@ -128,6 +128,13 @@ def _logits_at(model, scheme, xs, num_steps):
     return jax.vmap(one)(xs)
 
 
+@eqx.filter_jit
+def _trajectory(transformer, u):
+    """The states after every step of `transformer`'s own solve from `u`: one program per model
+    structure, the weights its arguments (a certificate of another trained model reuses it)."""
+    return transformer.solve(u, save_steps=True).us
+
+
 @dataclasses.dataclass(frozen=True)
 class Certificate:
     """What `certify` measured (all errors are max-abs over the token states at `T`, worst
@@ -261,8 +268,8 @@ def certify(
     fit = fit if fit.success else None
     # Spectra at the start of every layer along the first example's trajectory.
     u = jax.numpy.asarray(states[0])
-    sol = transformer.solve(u, save_steps=True)
-    starts = [u] + [sol.us[k * (layer + 1) - 1] for layer in range(equation.num_pieces - 1)]
+    us = _trajectory(transformer, u)
+    starts = [u] + [us[k * (layer + 1) - 1] for layer in range(equation.num_pieces - 1)]
     eigs = []
     for layer, v in enumerate(starts):
         f = term_fields(equation, (layer + 0.5) * equation.piece_length)["full"]
