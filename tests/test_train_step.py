@@ -47,11 +47,15 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
     np.testing.assert_allclose([r["loss"] for r in result.history], losses, rtol=1e-12)
 
 
-def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng):
+def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng, monkeypatch):
     """The augmentation's key is an argument of the compiled step, not a constant in it: the
     programs of two seeds are the same text, so the second is read back from JAX's persistent
-    compilation cache instead of compiled again."""
+    compilation cache instead of compiled again (in another process: here the process's own
+    reuse of programs is off, so each run lowers its own)."""
+    from workbench.control import _trainer
     from workbench.control._trainer import _CompiledStep, _Mesh
+
+    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)
 
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     step = _step(augment=wbc.random_shift(1))
@@ -66,11 +70,60 @@ def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng):
     assert texts[0] == texts[1]
 
 
-def test_runs_that_differ_in_their_optimizer_settings_compile_one_program(getkey, rng):
+def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_one_does(
+    getkey, rng, monkeypatch
+):
+    """Within one process, `train` traces the step once for runs of equal steps on models of one
+    structure (another seed, another `default_optimizer` setting, another `random_shift(1)`
+    call), and a run on the reused program ends with the parameters of a run on a program of its
+    own, bit for bit. Another objective weight, or an optax transformation made anew, is another
+    program."""
+    from workbench.control import _trainer
+
+    traces = []
+    call = wbc.TrainStep.__call__
+
+    def counted(self, state, batch):
+        traces.append(None)
+        return call(self, state, batch)
+
+    monkeypatch.setattr(wbc.TrainStep, "__call__", counted)
+    monkeypatch.setattr(_trainer, "_PROGRAMS", type(_trainer._PROGRAMS)())
+    model, data = tiny_model(getkey()), tiny_data(rng, n=24)
+
+    def run(seed, lr=1e-2, kinetic=None, optimizer=None):
+        step = wbc.TrainStep(
+            optimizer or wbc.default_optimizer(lr, steps=STEPS, warmup=2),
+            objective=wbc.Objective(kinetic=None if kinetic is None else wbc.KineticEnergy(kinetic)),
+            augment=wbc.random_shift(1),
+        )
+        return wbc.train(step, model, data, steps=STEPS, batch_size=BATCH, seed=seed,
+                         progress=False).params_sha256  # fmt: skip
+
+    first = run(0)
+    reused = [run(1), run(2, lr=3e-3)]
+    assert len(traces) == 1
+    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)  # every run its own program from here
+    _trainer._PROGRAMS.clear()
+    assert [run(1), run(2, lr=3e-3)] == reused and len(traces) == 3
+    assert len({first, *reused}) == 3  # the seeds and rates do change the runs
+    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 8)
+    run(0, kinetic=0.1), run(1, kinetic=0.1), run(0, kinetic=0.2)
+    assert len(traces) == 5
+    run(0, optimizer=optax.adam(1e-2)), run(0, optimizer=optax.adam(1e-2))
+    assert len(traces) == 7
+
+
+def test_runs_that_differ_in_their_optimizer_settings_compile_one_program(
+    getkey, rng, monkeypatch
+):
     """`default_optimizer`'s numbers (peak rate, warm-up, length, weight decay, clipping norm)
     are its state, not constants of the step: the training steps of two settings are the same
-    program text."""
+    program text (each lowered on its own: the process's reuse of programs is off)."""
+    from workbench.control import _trainer
     from workbench.control._trainer import _CompiledStep, _Mesh
+
+    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)
 
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     params = eqx.filter(model, eqx.is_inexact_array)

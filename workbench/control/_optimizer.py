@@ -27,8 +27,8 @@ import optax
 
 __all__ = ["DefaultOptimizerState", "default_optimizer"]
 
-# The arguments of the optimizers `default_optimizer` made, by their `update` function (weak
-# keys: an entry goes with its optimizer).
+# The arguments of the optimizers `default_optimizer` made, by their `init` function (weak
+# keys: an entry goes with its optimizer; the `update` function is one for all of them).
 _OPTIMIZER_ARGUMENTS: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
 
 
@@ -60,6 +60,33 @@ def _rate(count, s: dict[str, jax.Array]) -> jax.Array:
     cosine = 0.5 * (1 + jnp.cos(jnp.pi * after / s["decay_steps"]))
     falling = s["peak"] * (s["one_minus_alpha"] * cosine + s["alpha"])
     return jnp.where(count < s["warmup"], rising, falling)
+
+
+def _update(updates, state, params=None):
+    """`default_optimizer`'s update: every number it needs is in `state`, so one function serves
+    every optimizer `default_optimizer` makes (and a training step compiled for one serves
+    all)."""
+    h = state.hyperparams
+    rate = _rate(state.count, state.schedule).astype(optax.tree.dtype(params, "highest"))
+    # optax.clip_by_global_norm's arithmetic, with the norm cast to each update's dtype:
+    # a run-time `clip` array is not weakly typed, as the Python float it replaces was.
+    g_norm = optax.tree.norm(updates)
+    trigger = jnp.squeeze(g_norm < h["clip"])
+    updates = jax.tree.map(
+        lambda t: jax.lax.select(
+            trigger, t, (t / g_norm.astype(t.dtype)) * h["clip"].astype(t.dtype)
+        ),
+        updates,
+    )
+    adamw = optax.adamw(rate, weight_decay=h["weight_decay"])
+    updates, inner = adamw.update(updates, state.inner_state, params)
+    new = DefaultOptimizerState(
+        optax.safe_increment(state.count),
+        {**h, "learning_rate": rate},
+        state.schedule,
+        inner,
+    )
+    return updates, new
 
 
 def default_optimizer(
@@ -102,33 +129,10 @@ def default_optimizer(
         inner = optax.adamw(0.0, weight_decay=weight_decay).init(params)
         return DefaultOptimizerState(jnp.zeros([], jnp.int32), hyperparams, schedule, inner)
 
-    def update(updates, state, params=None):
-        h = state.hyperparams
-        rate = _rate(state.count, state.schedule).astype(optax.tree.dtype(params, "highest"))
-        # optax.clip_by_global_norm's arithmetic, with the norm cast to each update's dtype:
-        # a run-time `clip` array is not weakly typed, as the Python float it replaces was.
-        g_norm = optax.tree.norm(updates)
-        trigger = jnp.squeeze(g_norm < h["clip"])
-        updates = jax.tree.map(
-            lambda t: jax.lax.select(
-                trigger, t, (t / g_norm.astype(t.dtype)) * h["clip"].astype(t.dtype)
-            ),
-            updates,
-        )
-        adamw = optax.adamw(rate, weight_decay=h["weight_decay"])
-        updates, inner = adamw.update(updates, state.inner_state, params)
-        new = DefaultOptimizerState(
-            optax.safe_increment(state.count),
-            {**h, "learning_rate": rate},
-            state.schedule,
-            inner,
-        )
-        return updates, new
-
-    optimizer = optax.GradientTransformation(init, update)
+    optimizer = optax.GradientTransformation(init, _update)
     # An optax transformation is a pair of functions that cannot be compared; the arguments
     # that made this one can, and join the run's fingerprint.
-    _OPTIMIZER_ARGUMENTS[optimizer.update] = {
+    _OPTIMIZER_ARGUMENTS[optimizer.init] = {
         "default_optimizer": {
             "learning_rate": float(learning_rate), "steps": int(steps), "warmup": int(warmup),
             "weight_decay": float(weight_decay), "clip": float(clip),

@@ -1,6 +1,7 @@
 """Training tasks: scikit-learn's bundled 8×8 digits, and a synthetic sequence task."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -61,9 +62,12 @@ def digits(seed: int = 0, *, test_fraction: float = 0.25) -> Task:
     )
 
 
+@functools.cache
 def random_shift(max_shift: int = 1):
     """An augmentation: shift each image of a batch `(B, H, W)` by a random whole number of
-    pixels in `[-max_shift, max_shift]` along each axis, filling with zeros."""
+    pixels in `[-max_shift, max_shift]` along each axis, filling with zeros. (One function per
+    `max_shift`: two calls give the same one, so training steps made with either compare equal
+    and share their compiled program.)"""
 
     def augment(key, images):
         b, h, w = images.shape

@@ -10,13 +10,14 @@ Started with other arguments on the same folder it refuses (`CheckpointMismatch`
 `Checkpoints`).
 """
 
+import collections
 import contextlib
 import dataclasses
 import enum
 import json
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
@@ -104,7 +105,7 @@ def _fingerprint(model, data, *, train_step, opt_state, seed, batch_size, steps)
         "optimizer": {
             "state": describe(opt_state, array_values=False),
             "hyperparams": hyperparams,
-            "arguments": _OPTIMIZER_ARGUMENTS.get(rule.update),
+            "arguments": _OPTIMIZER_ARGUMENTS.get(rule.init),
         },
         "objective": describe(train_step.objective),
         "method": describe(train_step.method),
@@ -192,8 +193,10 @@ class _CompiledStep:
     `eqx.filter_jit` it returns before the step has finished, so the host prepares the next batch
     meanwhile. The key is an argument, not a constant of the program, so runs that differ only
     in their seed compile the same program (read back from JAX's persistent compilation cache
-    when one is set). A step that is not finite is simply not assigned on the host (no select of
-    old and new values in the program)."""
+    when one is set), and within one process a later run of the same step, model structure and
+    layout reuses the program without tracing it again (`_step_program`). A step that is not
+    finite is simply not assigned on the host (no select of old and new values in the
+    program)."""
 
     def __init__(self, train_step: TrainStep, state: TrainState, mesh: _Mesh, shard_params: bool):
         params, static = eqx.partition(state.model, eqx.is_inexact_array)
@@ -202,18 +205,59 @@ class _CompiledStep:
             _layout(state.opt_state, mesh.replicated, shard_params),
         )
         self.key = state.key
-
-        def step(params, opt_state, xs, ys, index, key):
-            before = TrainState(eqx.combine(params, static), opt_state, index, key)
-            after, info = train_step(before, (xs, ys))
-            new = (eqx.filter(after.model, eqx.is_inexact_array), after.opt_state)
-            # Keep the layout from step to step (XLA would otherwise pick the outputs').
-            return (*jax.lax.with_sharding_constraint(new, self.layouts), info)
-
-        self.step = jax.jit(step)
+        self.step = _step_program(train_step, static, self.layouts)
 
     def __call__(self, params, opt_state, xs, ys, index: int):
         return self.step(params, opt_state, xs, ys, jnp.asarray(index), self.key)
+
+
+_PROGRAMS: "collections.OrderedDict[tuple, Callable]" = collections.OrderedDict()
+_PROGRAMS_KEPT = 8
+"""The jitted steps of the latest runs (at most `_PROGRAMS_KEPT`), by what they close over."""
+
+
+def _step_program(train_step: TrainStep, static, layouts) -> Callable:
+    """The jitted step for `train_step` on models of structure `static` placed by `layouts`:
+    the one an earlier run of this process made for equal ones when there is one.
+
+    Equal means: the same optimizer `update` function (what the step calls; `default_optimizer`
+    shares one, its numbers are state, so runs of any learning rate, warm-up or length share the
+    program; an optax transformation made anew, e.g. `optax.adam(1e-3)` twice, is another
+    program), equal objective, gradient method, augmentation, discretization and `max_skipped`,
+    and equal static parts and layouts. Anything unhashable (an array among them) makes a
+    program of its own, as before."""
+
+    def step(params, opt_state, xs, ys, index, key):
+        before = TrainState(eqx.combine(params, static), opt_state, index, key)
+        after, info = train_step(before, (xs, ys))
+        new = (eqx.filter(after.model, eqx.is_inexact_array), after.opt_state)
+        # Keep the layout from step to step (XLA would otherwise pick the outputs').
+        return (*jax.lax.with_sharding_constraint(new, layouts), info)
+
+    try:
+        key = (
+            train_step.optimizer.update,
+            *(_flat(x) for x in (train_step.objective, train_step.method, train_step.augment,
+                                 train_step.discretization, static, layouts)),
+            train_step.max_skipped,
+        )  # fmt: skip
+        hash(key)
+    except TypeError:
+        return jax.jit(step)
+    program = _PROGRAMS.pop(key, None)
+    if program is None:
+        program = jax.jit(step)
+    _PROGRAMS[key] = program
+    while len(_PROGRAMS) > _PROGRAMS_KEPT:
+        _PROGRAMS.popitem(last=False)
+    return program
+
+
+def _flat(tree) -> tuple:
+    """`tree` as a hashable value that compares as the tree does: its leaves and structure
+    (`TypeError` from `hash` when a leaf is an array)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return (tuple(leaves), treedef)
 
 
 def _leaf_sharding(leaf, replicated):
