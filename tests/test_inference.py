@@ -72,8 +72,9 @@ def test_a_tight_tolerance_is_the_converged_equation_and_costs_more(getkey, rng)
 def test_adaptive_accuracy_compiles_once_for_every_tolerance_and_model(getkey, rng, monkeypatch):
     """Three tolerances on two models of the same structure trace the batched solve once (the
     tolerances and the weights are arguments of one program; 23 examples in batches of at most
-    12 are two batches of 12, the second padded, not 12 and 11), and each result equals a solve
-    of all 23 with its tolerance and weights as constants, evaluation by evaluation."""
+    12 are two batches of 12, the second padded, not 12 and 11), and the results equal a solve
+    of all 23 with the tolerance and weights as constants, evaluation by evaluation (checked for
+    the loosest tolerance on one model and the tightest on the other)."""
     from workbench.control import _inference
 
     traces = []
@@ -85,9 +86,11 @@ def test_adaptive_accuracy_compiles_once_for_every_tolerance_and_model(getkey, r
 
     monkeypatch.setattr(_inference, "integrate", counted)
     models, data = [_model(getkey), _model(getkey)], tiny_data(rng, n=23)
-    for m in models:
-        for tol in (1e-1, 1e-3, 1e-6):
+    for i, m in enumerate(models):
+        for j, tol in enumerate((1e-1, 1e-3, 1e-6)):
             out = wbc.adaptive_accuracy(m, data, rtol=tol, atol=tol, batch_size=12)
+            if (i, j) not in ((0, 0), (1, 2)):  # the oracle is a program per model and tolerance
+                continue
             eq, ctrl = m.transformer.equation, diffrax.PIDController(rtol=tol, atol=tol)
 
             @jax.jit

@@ -77,6 +77,7 @@ def test_gradients_match_finite_differences(rng):
     u = jnp.asarray(rng.normal(size=(5, 12)))
     w = jnp.asarray(rng.normal(size=(5, 12)))
 
+    @eqx.filter_jit  # one program for the four evaluations below (eagerly: one scan each)
     def loss(model, x):
         return jnp.sum(model(x) * w)
 
