@@ -25,25 +25,27 @@ jax.config.update("jax_enable_x64", X64)
 # XLA compiles at its default optimization level. The test run compiled at backend level 0 for
 # a while (`--xla_backend_optimization_level=0`: 1170 s against 1355 s for the suite, one run
 # each), and two of the clean-clone CI runs made with it lost a worker inside XLA: a SIGABRT in
-# a compile (2026-12-05) and a segmentation fault (2026-12-06). None was seen at the default
-# level; the time level 0 saved is not worth a run that can die.
+# a compile (2026-12-05) and a segmentation fault (2026-12-06). A run at the default level has
+# crashed since, reading the compilation cache (below), which may have been the cause of all
+# three; level 0 stays off all the same.
 
-# JAX's persistent compilation cache, for the test run only (the library never sets it): many
-# tests compile the same programs (a study's smoke run in-process and again through the command
-# line, in another xdist worker), and an executable compiled once is read back from disk. The
-# environment variables carry it into the subprocesses the tests start. The cache key is the
-# program, the jax/jaxlib version and the compile options, so a change of code or version
-# compiles afresh; `rm -rf build/jax-cache` empties it. `WORKBENCH_JAX_CACHE=0` turns it off.
-# Every program is kept, however short its compilation: the suite's many small programs (eager
-# operations, small jits: ~6000 of them, ~300 s of compilation in a run) are most of what a
-# second run can skip, since a program with a host callback (a solve's NaN check) is never
-# cached; writing them costs a first run nothing measurable (three files: 95.6 s with the 0.5 s
-# threshold, 94.7 s without; a second run 59.8 s).
-_CACHE = os.environ.get("WORKBENCH_JAX_CACHE", "")
-if _CACHE != "0":
-    _CACHE = _CACHE or os.path.join(
-        os.path.dirname(os.path.dirname(__file__)), "build", "jax-cache"
-    )
+# JAX's persistent compilation cache is off for the test run unless asked for:
+# `WORKBENCH_JAX_CACHE=DIR` (or `1` for `build/jax-cache/`) keeps every program there, however
+# short its compilation, and the environment variables carry it into the subprocesses the
+# tests start. A clean-clone CI run (2026-12-06, 09:56) lost an xdist worker to a segmentation
+# fault inside `backend.deserialize_executable`, reading back an entry another process of the
+# same run had written (jax 0.10.2, CPU); the entries are zlib streams, so a torn or mixed
+# file is an error JAX catches, not a crash: reading an intact large executable is what
+# crashed, as it has been reported to do elsewhere. Two earlier runs with the cache on lost a
+# worker inside XLA as well (a SIGABRT in a compile on 2026-12-05, a segmentation fault on
+# 2026-12-06, blamed then on XLA's optimization level 0). Off, the suite compiles more (a
+# program used by two processes is compiled twice), which a run that can die is not worth.
+# `WORKBENCH_JAX_CACHE=0` is set for the subprocesses too, so the commands they run do not
+# open the user's `~/.cache/workbench/jax` either.
+_CACHE = os.environ.get("WORKBENCH_JAX_CACHE", "0")
+if _CACHE not in ("", "0"):
+    if _CACHE == "1":
+        _CACHE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "build", "jax-cache")
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
@@ -51,6 +53,8 @@ if _CACHE != "0":
         "jax_persistent_cache_min_compile_time_secs",
         float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
     )
+else:
+    os.environ["WORKBENCH_JAX_CACHE"] = "0"
 
 
 # Module-scoped fixtures that compute a whole study at smoke size (seconds to tens of seconds

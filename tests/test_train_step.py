@@ -323,7 +323,7 @@ def test_multi_resolution_solves_each_batch_at_the_drawn_step_count(getkey, rng)
     multi = wbc.MultiResolution(ks, probabilities)
     step = _step(discretization=multi)
     state = step.init(model, key=jax.random.key(5))
-    run = eqx.filter_jit(step)
+    run, plain = eqx.filter_jit(step), eqx.filter_jit(_step())  # plain: a program per k
     drawn = []
     for s in range(6):
         idx = wbc.batch_indices(5, s, len(data), BATCH)
@@ -334,7 +334,7 @@ def test_multi_resolution_solves_each_batch_at_the_drawn_step_count(getkey, rng)
         # The same update by hand: the model (and the optimizer's model-shaped moments) at k
         # steps per layer, the plain step.
         fine = wbc.with_discretization((state.model, state.opt_state), None, k)
-        by_hand, _ = _step()(wbc.TrainState(*fine, state.step, state.key), batch)
+        by_hand, _ = plain(wbc.TrainState(*fine, state.step, state.key), batch)
         state, info = run(state, batch)
         assert state.model.transformer.steps_per_layer == 1
         chex.assert_trees_all_close(
