@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -162,20 +161,11 @@ def layer_maps(transformer, steps_per_layer: int) -> list:
     return [jax.tree_util.Partial(step, eq.localize(i)) for i in range(eq.num_pieces)]
 
 
-@eqx.filter_jit
-def _trajectory(transformer, u0):
-    """The states after every step of `transformer`'s own solve: one program per model
-    structure, the weights its arguments (an eager solve would compile a scan with them folded
-    in, for every model)."""
-    return transformer.solve(u0, save_steps=True).us
-
-
 def spectra(transformer, u0) -> list[np.ndarray]:
     """All eigenvalues of the full field's Jacobian at the state entering every layer, along
     the network's own trajectory."""
-    eq, k = transformer.equation, transformer.steps_per_layer
-    us = _trajectory(transformer, u0)
-    states = [u0] + [us[k * (i + 1) - 1] for i in range(eq.num_pieces - 1)]
+    eq = transformer.equation
+    states = wa.layer_inputs(transformer, u0)
     return [wa.jacobian_spectrum(wa.term_fields(eq, i + 0.5)["full"], u)
             for i, u in enumerate(states)]  # fmt: skip
 

@@ -376,3 +376,25 @@ def test_cli_rejects_bad_config_before_any_folder(tmp_path):
     out = tmp_path / "x"
     assert main(["run", "stability", "--smoke", "--out", str(out), "--methods", "rk4"]) == 2
     assert not out.exists()
+
+
+@pytest.mark.filterwarnings("ignore:rediscretize:UserWarning")  # post-norm + Strang, on purpose
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_layer_inputs_are_the_inputs_of_the_encoders_layers(norm_first, rng):
+    """Lie–Trotter, Euler, one step per layer: the state entering layer `l` is the output of
+    the first `l` layers of `torch.nn.TransformerEncoder` (the direct NumPy forward, 1e-12);
+    at three steps per layer, the states of the model's own solve at layer boundaries."""
+    sd, m = small_encoder(rng, layers=3, norm_first=norm_first)
+    u = rng.normal(size=(5, 12))
+    got = wb.analysis.layer_inputs(m, u)
+    assert len(got) == 3
+    for layer in range(3):
+        if layer == 0:
+            want = u
+        else:
+            first = {k: v for k, v in sd.items() if int(k.split(".")[1]) < layer}
+            want = wb.architectures.direct_encoder(first, u, num_heads=3, norm_first=norm_first)
+        np.testing.assert_allclose(np.asarray(got[layer]), want, atol=1e-12, err_msg=str(layer))
+    fine = m.rediscretize(scheme=wb.schemes.Strang(), steps_per_layer=3)
+    us = fine.solve(jnp.asarray(u), save_steps=True).us
+    np.testing.assert_array_equal(np.asarray(wb.analysis.layer_inputs(fine, u)[2]), us[5])

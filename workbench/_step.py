@@ -12,7 +12,7 @@ from ._checks import positive_int
 from ._equation import Equation
 from ._types import KeyMask, Tokens
 from .schemes._runge_kutta import AbstractExplicitRK
-from .schemes._splitting import AbstractComposition, AbstractSplittingScheme, Strang, check_stages
+from .schemes._splitting import AbstractComposition, AbstractSplittingScheme, check_stages
 
 
 def step(
@@ -90,9 +90,7 @@ def step(
         # A composition of Strang steps S_{γ_s τ} ∘ … ∘ S_{γ_1 τ}: one `lax.scan` over the
         # weights of one Strang step's sub-flows, so its operators are compiled once, not once
         # per weight. Row j of the table holds the substeps γ_j a_i τ, the stages' own.
-        base = Strang(inner=scheme.inner).stages(len(equation.operators))
-        fractions = np.asarray([[g * a for _, a in base] for g in scheme.weights()])
-        assert np.array_equal(fractions.reshape(-1), [a for _, a in stages])
+        base, fractions = scheme.substep_table(len(equation.operators))
         dtype = jnp.result_type(t, tau, u.dtype)
         if isinstance(tau, jax.core.Tracer):
             table = jnp.asarray(fractions, dtype) * tau

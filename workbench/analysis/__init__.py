@@ -49,6 +49,7 @@ from ._spectra import (
     arnoldi_eigenvalues as arnoldi_eigenvalues,
     jacobian_matrix as jacobian_matrix,
     jacobian_spectrum as jacobian_spectrum,
+    layer_inputs as layer_inputs,
     lipschitz_estimate as lipschitz_estimate,
     lyapunov_exponents as lyapunov_exponents,
     matrix_with_spectrum as matrix_with_spectrum,

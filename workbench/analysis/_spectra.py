@@ -218,6 +218,36 @@ def lyapunov_exponents(maps: Sequence[Callable], u0, *, num_exponents: int | Non
     return np.sort(total / len(maps))[::-1], orbit
 
 
+@eqx.filter_jit
+def _trajectory(transformer, u0):
+    # One program per model structure, the weights its arguments: an eager solve would compile
+    # a scan with them folded in, once for every trained model.
+    return transformer.solve(u0, save_steps=True).us
+
+
+def layer_inputs(transformer, u0) -> list[jax.Array]:
+    r"""The state entering each layer along `transformer`'s own solve from `u0` (its scheme
+    and steps per layer): `[u(0), u(T/L), …, u((L−1)T/L)]` for `L` layers, one `(n, d)` array
+    each. Where a network's Jacobian spectra are taken, layer by layer (the certificate's
+    largest stable step, `trained-model-analysis`). With Lie–Trotter, Euler and one step per
+    layer they are the inputs of the recovered encoder's layers.
+
+    **Arguments:**
+
+    - `transformer`: a `wb.Transformer` with piecewise-constant controls (one piece a layer).
+    - `u0`: the initial state `(n, d)`.
+    """
+    equation, k = transformer.equation, transformer.steps_per_layer
+    if not equation.is_piecewise_constant:
+        raise ValueError(
+            "layer_inputs: transformer.equation has no layers (its controls are not piecewise "
+            "constant); solve it with save_steps=True instead."
+        )
+    u0 = jnp.asarray(u0)
+    us = _trajectory(transformer, u0)
+    return [u0] + [us[k * (layer + 1) - 1] for layer in range(equation.num_pieces - 1)]
+
+
 def term_fields(equation: Equation, t, mask=None) -> dict[str, Callable]:
     r"""The vector field of each operator of `equation` at time `t`, and the full field.
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._equation import PreNorm
 from .._integrate import integrate
-from ..schemes._splitting import AbstractComposition, Strang
+from ..schemes._splitting import AbstractComposition
 from ._gradients import AbstractGradientMethod
 from ._objective import accuracy
 
@@ -146,9 +146,7 @@ def costate_gradient(objective, model, x, y):
         # row j the Strang sub-flows' `−γ_j a_i τ` (products in float64, as the unrolled
         # `-a * tau` of Python floats), scanned, so the augmented sub-flows compile once, not
         # once per weight (Suzuki4: 3 sub-flows, not 15).
-        base = Strang(inner=rk).stages(len(eq.operators))
-        fractions = np.asarray([[g * a for _, a in base] for g in scheme.weights()])
-        assert np.array_equal(fractions.reshape(-1), [a for _, a in stages])
+        base, fractions = scheme.substep_table(len(eq.operators))
         table = jnp.asarray(-fractions * np.float64(tau), u0.dtype)
     pieces = jnp.repeat(jnp.arange(eq.num_pieces), tr.steps_per_layer)
     (lam0, control_grads), _ = jax.lax.scan(

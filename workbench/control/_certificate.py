@@ -31,7 +31,7 @@ from .._integrate import integrate
 from ..analysis._convergence import error_ladder, reference_solution
 from ..analysis._order import fit_order
 from ..analysis._plan import DiscretizationPlan
-from ..analysis._spectra import arnoldi_eigenvalues, term_fields
+from ..analysis._spectra import arnoldi_eigenvalues, layer_inputs, term_fields
 from ..analysis._stability import max_stable_step
 from ..schemes._splitting import LieTrotter, Strang
 
@@ -126,13 +126,6 @@ def _logits_at(model, scheme, xs, num_steps):
         return model.head(integrate(equation, model.embedding(x), scheme, num_steps=num_steps).y)
 
     return jax.vmap(one)(xs)
-
-
-@eqx.filter_jit
-def _trajectory(transformer, u):
-    """The states after every step of `transformer`'s own solve from `u`: one program per model
-    structure, the weights its arguments (a certificate of another trained model reuses it)."""
-    return transformer.solve(u, save_steps=True).us
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,9 +260,7 @@ def certify(
     fit = fit_order(h, errors, expected=transformer.expected_order, throw=False)
     fit = fit if fit.success else None
     # Spectra at the start of every layer along the first example's trajectory.
-    u = jax.numpy.asarray(states[0])
-    us = _trajectory(transformer, u)
-    starts = [u] + [us[k * (layer + 1) - 1] for layer in range(equation.num_pieces - 1)]
+    starts = layer_inputs(transformer, states[0])
     eigs = []
     for layer, v in enumerate(starts):
         f = term_fields(equation, (layer + 0.5) * equation.piece_length)["full"]

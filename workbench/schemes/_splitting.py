@@ -104,9 +104,19 @@ class AbstractComposition(AbstractSplittingScheme):
         if self.order() >= 4 and not np.isclose((g**3).sum(), 0.0, atol=1e-13):
             raise ValueError(f"{type(self).__name__}: Σγ³ = {(g**3).sum()} ≠ 0, so not order 4.")
 
-    def stages(self, num_operators: int) -> Stages:
+    def substep_table(self, num_operators: int) -> tuple[Stages, np.ndarray]:
+        """One Strang step's stages `base` and the composition's fractions of τ as a table:
+        row `j`, column `i` is `γ_j a_i` (float64), the `i`-th sub-flow of the `j`-th Strang
+        step. `stages(M)` reads it row by row. The solvers (the forward step and the continuous
+        adjoint) scan over its rows, so a composition's sub-flows compile once, not once per
+        weight (Suzuki4: the 3 sub-flows of a Strang step, not 15)."""
         base = Strang(inner=self.inner).stages(num_operators)
-        return tuple((k, g * a) for g in self.weights() for k, a in base)
+        table = np.asarray([[g * a for _, a in base] for g in self.weights()], np.float64)
+        return base, table
+
+    def stages(self, num_operators: int) -> Stages:
+        base, table = self.substep_table(num_operators)
+        return tuple((k, float(a)) for row in table for (k, _), a in zip(base, row))
 
     def order(self) -> int:
         return 4
