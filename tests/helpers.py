@@ -96,15 +96,20 @@ def require_reference():
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
-def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 900):
+def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 900,
+              jax_cache=None):  # fmt: skip
     """`python -m studies run <study> --smoke --out <out> <args>` from the repository root,
-    progress bars off: the finished process (`wait`) or the running one."""
+    progress bars off: the finished process (`wait`) or the running one. `jax_cache`: a folder
+    for the command's compilation cache (`WORKBENCH_JAX_CACHE`; default: the test run's
+    setting, off unless asked for)."""
     import os
     import subprocess
     import sys
 
     cmd = [sys.executable, "-m", "studies", "run", study, "--smoke", "--out", str(out), *args]
     env = dict(os.environ, WORKBENCH_PROGRESS="0")
+    if jax_cache is not None:
+        env["WORKBENCH_JAX_CACHE"] = str(jax_cache)
     if wait:
         return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env,
                               timeout=timeout)  # fmt: skip
@@ -112,10 +117,14 @@ def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 9
 
 
 def kill_and_resume(run, folder, *, after_step: int = 20, timeout: float = 600):
-    """The durability check of a training study: `run(out, wait=...)` launches it.
+    """The durability check of a training study: `run(out, wait=..., jax_cache=...)` launches
+    it.
 
     Runs it uninterrupted in `folder/whole`; starts it again in `folder/killed`, SIGKILLs it as
-    soon as a checkpoint of step `>= after_step` exists, and reruns it there to the end.
+    soon as a checkpoint of step `>= after_step` exists, and reruns it there to the end. The
+    three processes share one compilation cache, `folder/jax-cache`, one after another, as a
+    user's commands share theirs: the later two read the training step the first compiled, so
+    the resumed run's hash also shows that results do not depend on the cache.
     **Returns:** `(uninterrupted results.json, resumed results.json, metric rows' steps of the
     resumed run)`."""
     import json
@@ -123,10 +132,12 @@ def kill_and_resume(run, folder, *, after_step: int = 20, timeout: float = 600):
     import signal
     import time
 
-    reference = run(folder / "whole")
+    cache = folder / "jax-cache"
+    reference = run(folder / "whole", jax_cache=cache)
     assert reference.returncode == 0, reference.stderr[-3000:]
     want = json.loads((folder / "whole" / "results.json").read_text())
-    proc = run(folder / "killed", wait=False)
+    assert any(cache.iterdir()), "the first run wrote no compilation cache"
+    proc = run(folder / "killed", wait=False, jax_cache=cache)
     checkpoints = folder / "killed" / "checkpoints"
     mark = f"step-{after_step:08d}.json"
     deadline = time.time() + timeout
@@ -138,7 +149,7 @@ def kill_and_resume(run, folder, *, after_step: int = 20, timeout: float = 600):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (folder / "killed" / "results.json").exists()
-    resumed = run(folder / "killed")
+    resumed = run(folder / "killed", jax_cache=cache)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     got = json.loads((folder / "killed" / "results.json").read_text())
     rows = (folder / "killed" / "metrics.csv").read_text().split()[1:]

@@ -458,10 +458,10 @@ def test_train_digits_vit_exports_a_hugging_face_classifier_with_its_accuracy(tm
     )
 
 
-def _cli(out, *extra, wait=True):
+def _cli(out, *extra, wait=True, jax_cache=None):
     return study_cli("train-digits", out, "--epochs", "2", "--d", "16", "--hidden", "32",
                      "--warmup", "10", "--checkpoint-every", "10", "--certificate-examples", "0",
-                     *extra, wait=wait)  # fmt: skip
+                     *extra, wait=wait, jax_cache=jax_cache)  # fmt: skip
 
 
 @pytest.mark.slow

@@ -46,10 +46,10 @@ def test_train_sequence_config_refuses_impossible_tasks():
         s.Config(length=1)
 
 
-def _cli(out, *extra, wait=True):
+def _cli(out, *extra, wait=True, jax_cache=None):
     return study_cli("train-sequence", out, "--steps", "80", "--warmup", "10", "--checkpoint-every",
                      "10", "--num-train", "512", "--num-test", "128", "--certificate-examples",
-                     "0", *extra, wait=wait)  # fmt: skip
+                     "0", *extra, wait=wait, jax_cache=jax_cache)  # fmt: skip
 
 
 @pytest.mark.slow
