@@ -274,17 +274,24 @@ def _run_driver(devices: int, run_dir="", shard: bool = False) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def one_device():
+    """The driver's run on one device, without a folder: the reference of the multi-device
+    tests below, run once for them all."""
+    return _run_driver(1)
+
+
 @pytest.mark.slow
-def test_eight_devices_give_the_loss_trajectory_of_one():
-    one, eight = _run_driver(1), _run_driver(8)
+def test_eight_devices_give_the_loss_trajectory_of_one(one_device):
+    one, eight = one_device, _run_driver(8)
     assert (one["devices"], eight["devices"]) == (1, 8)
     np.testing.assert_allclose(eight["loss"], one["loss"], rtol=0, atol=1e-5)
     assert eight["sharded_leaves"] == 0
 
 
 @pytest.mark.slow
-def test_parameters_sharded_over_eight_devices_give_the_loss_trajectory_of_one():
-    one, eight = _run_driver(1), _run_driver(8, shard=True)
+def test_parameters_sharded_over_eight_devices_give_the_loss_trajectory_of_one(one_device):
+    one, eight = one_device, _run_driver(8, shard=True)
     # Every leaf with an axis divisible by 8 is cut over the devices (d = 8: all weights).
     assert eight["devices"] == 8 and eight["sharded_leaves"] >= eight["leaves"] // 2
     np.testing.assert_allclose(eight["loss"], one["loss"], rtol=0, atol=1e-5)
@@ -321,7 +328,7 @@ _DISTRIBUTED = (
 
 
 @pytest.mark.slow
-def test_two_processes_with_sharded_parameters_train_and_checkpoint_as_one(tmp_path):
+def test_two_processes_with_sharded_parameters_train_and_checkpoint_as_one(tmp_path, one_device):
     """Two `jax.distributed` processes, the parameters cut over both: the one-process losses to
     1e-5, the same on both processes; process 0 alone writes the checkpoints and metrics, and its
     step-10 checkpoint resumes in one process with the two-process losses to 1e-6."""
@@ -331,7 +338,7 @@ def test_two_processes_with_sharded_parameters_train_and_checkpoint_as_one(tmp_p
                JAX_PLATFORMS="cpu")  # fmt: skip
     code = _DISTRIBUTED.format(tests=str(REPO / "tests"))
     outs = run_processes(code, [tmp_path, "shard"], env=env)
-    one = _run_driver(1)
+    one = one_device
     for out in outs:
         assert out["devices"] == 2 and out["sharded_leaves"] >= out["leaves"] // 2
         np.testing.assert_allclose(out["loss"], one["loss"], rtol=0, atol=1e-5)
