@@ -35,8 +35,10 @@ jax.config.update("jax_enable_x64", X64)
 # tests start. A clean-clone CI run (2026-12-06, 09:56) lost an xdist worker to a segmentation
 # fault inside `backend.deserialize_executable`, reading back an entry another process of the
 # same run had written (jax 0.10.2, CPU); the entries are zlib streams, so a torn or mixed
-# file is an error JAX catches, not a crash: reading an intact large executable is what
-# crashed, as it has been reported to do elsewhere. Two earlier runs with the cache on lost a
+# file is an error JAX catches, not a crash: reading an intact executable is what crashed (a
+# macOS report against jaxlib 0.9.2 found the same, deserializing one intact entry:
+# uwplasma/vmex pull request 142; the cause there, LLVM's recursion on a worker's stack, is not
+# established here). Two earlier runs with the cache on lost a
 # worker inside XLA as well (a SIGABRT in a compile on 2026-12-05, a segmentation fault on
 # 2026-12-06, blamed then on XLA's optimization level 0). Off, the suite compiles more (a
 # program used by two processes is compiled twice), which a run that can die is not worth.

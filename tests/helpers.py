@@ -136,7 +136,7 @@ def kill_and_resume(run, folder, *, after_step: int = 20, timeout: float = 600):
     reference = run(folder / "whole", jax_cache=cache)
     assert reference.returncode == 0, reference.stderr[-3000:]
     want = json.loads((folder / "whole" / "results.json").read_text())
-    assert any(cache.iterdir()), "the first run wrote no compilation cache"
+    assert cache.is_dir() and any(cache.iterdir()), "the first run wrote no compilation cache"
     proc = run(folder / "killed", wait=False, jax_cache=cache)
     checkpoints = folder / "killed" / "checkpoints"
     mark = f"step-{after_step:08d}.json"
