@@ -460,7 +460,10 @@ def run_tour(
 
         print(f"tour: {total} studies ({mode}), {jobs} at a time", file=stream, flush=True)
         context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        stop = context.Event()  # set on Ctrl-C: the studies not yet started are not started
+        with concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_tour_worker, initargs=(stop,)
+        ) as pool:
             cost = expected_seconds or {}
             started = sorted(names, key=lambda name: -cost.get(name, 0.0))  # stable
             futures = {
@@ -470,8 +473,15 @@ def run_tour(
                 for name in started
             }
             finished = {}
-            for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                finished[futures[future]] = done(i, future.result())
+            try:
+                for i, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                    finished[futures[future]] = done(i, future.result())
+            except BaseException:
+                # Ctrl-C reaches the running studies too (one process group): they mark their
+                # folders interrupted. The queued ones must not start after it.
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
         outcomes = [finished[name] for name in names]
     elapsed = time.perf_counter() - tour_start
     text = _tour_report(outcomes, env, full=full, total_s=elapsed, registered=len(registry))
@@ -505,11 +515,22 @@ def run_tour(
     return 1 if failed else 0
 
 
+_TOUR_STOP = None
+"""In a tour's worker process: the tour's stop event (`run_tour`, `jobs > 1`)."""
+
+
+def _tour_worker(stop) -> None:
+    global _TOUR_STOP
+    _TOUR_STOP = stop
+
+
 def _tour_one(
     name: str, registry: Mapping[str, str], out: pathlib.Path, *, full: bool, overwrite: bool
 ) -> _Outcome:
     import importlib
 
+    if _TOUR_STOP is not None and _TOUR_STOP.is_set():
+        return _Outcome(name, "", False, 0.0, "", "not started: the tour was interrupted")
     start = time.perf_counter()
     summary = ""
     try:
@@ -521,6 +542,10 @@ def _tour_one(
             verdict = (read_run(out) or {}).get("verdict") or ""
         else:
             verdict = checked_verdict(module, results)
+    except KeyboardInterrupt:
+        if _TOUR_STOP is not None:  # this worker's next study may come before the tour's stop
+            _TOUR_STOP.set()
+        raise
     except Exception as e:
         wall = time.perf_counter() - start
         trace = traceback.format_exc()

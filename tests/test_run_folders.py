@@ -503,3 +503,44 @@ def test_a_closed_output_pipe_ends_the_command_quietly():
     proc.wait(timeout=120)
     assert first.startswith("usage: workbench run depth-refinement")
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_ctrl_c_of_a_parallel_tour_starts_no_further_study(tmp_path):
+    """`workbench tour` with 2 jobs and 4 studies of 60 s each: Ctrl-C (SIGINT to the process
+    group, as a terminal sends it) while the first two run ends the tour within seconds, exit
+    130; the two running studies' folders are marked interrupted and the two queued ones are
+    never started (no folder)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    names = {f"slow{k}": f"_wb_tour_slow_{k}" for k in range(4)}
+    for name, module in names.items():
+        text = _STUDY.format(name=name).replace("Config(n=10)", "Config(n=10, seconds=60.0)")
+        (source / f"{module}.py").write_text(text)
+    code = (
+        "import sys, studies\n"
+        f"studies.STUDIES.update({names!r})\n"
+        f"studies.TOUR = {tuple(names)!r}\n"
+        "from studies.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(REPO)])}
+    out = tmp_path / "tour"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "tour", "--out", str(out), "--jobs", "2"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for_state(out / "slow0", "running")
+        _wait_for_state(out / "slow1", "running")
+        signalled = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=50)
+        took = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert took < 30, took  # the running studies had 50 s left; the queued ones did not start
+    assert [_record(out / f"slow{k}")["state"] for k in (0, 1)] == ["interrupted"] * 2
+    assert not (out / "slow2").exists() and not (out / "slow3").exists()
