@@ -6,6 +6,7 @@ default *user* path is float32 (x64 off), so CI runs a second pass with `WORKBEN
 then run exactly as a user's first session would.
 """
 
+import gc
 import os
 
 import jax
@@ -22,31 +23,29 @@ else:
 X64 = os.environ.get("WORKBENCH_X64", "1") != "0"
 jax.config.update("jax_enable_x64", X64)
 
-# XLA compiles at its default optimization level. The test run compiled at backend level 0 for
-# a while (`--xla_backend_optimization_level=0`: 1170 s against 1355 s for the suite, one run
-# each), and two of the clean-clone CI runs made with it lost a worker inside XLA: a SIGABRT in
-# a compile (2026-12-05) and a segmentation fault (2026-12-06). A run at the default level has
-# crashed since, reading the compilation cache (below), which may have been the cause of all
-# three; level 0 stays off all the same.
+# Four clean-clone CI runs (2026-12-05 and -06) lost an xdist worker inside XLA: a SIGABRT in a
+# compile, and segmentation faults in a compile and in reading an executable back from the
+# compilation cache. They were blamed on XLA's optimization level 0, then on the cache; both
+# are off. One cause fits all four, and one is reproduced: each compiled program holds about 17 memory maps of the
+# process (on CPU, jaxlib 0.10.2), JAX keeps every program it compiled for the life of the
+# process, and Linux refuses a 65 531st map (`vm.max_map_count`). A worker that runs half the
+# suite passed that limit: a local run of the suite (2026-12-06, 14:45) segfaulted in
+# `backend_compile_and_load` with the worker at 65 529 maps, in the very test the last CI
+# lost. `_release_compiled_programs` (below) frees the programs when each test file ends.
 
-# JAX's persistent compilation cache is off for the test run unless asked for:
-# `WORKBENCH_JAX_CACHE=DIR` (or `1` for `build/jax-cache/`) keeps every program there, however
-# short its compilation, and the environment variables carry it into the subprocesses the
-# tests start. A clean-clone CI run (2026-12-06, 09:56) lost an xdist worker to a segmentation
-# fault inside `backend.deserialize_executable`, reading back an entry another process of the
-# same run had written (jax 0.10.2, CPU); the entries are zlib streams, so a torn or mixed
-# file is an error JAX catches, not a crash: reading an intact executable is what crashed (a
-# macOS report against jaxlib 0.9.2 found the same, deserializing one intact entry:
-# uwplasma/vmex pull request 142; the cause there, LLVM's recursion on a worker's stack, is not
-# established here). Two earlier runs with the cache on lost a
-# worker inside XLA as well (a SIGABRT in a compile on 2026-12-05, a segmentation fault on
-# 2026-12-06, blamed then on XLA's optimization level 0). Off, the suite compiles more (a
-# program used by two processes is compiled twice), which a run that can die is not worth.
-# `WORKBENCH_JAX_CACHE=0` is set for the subprocesses too, so the commands they run do not
-# open the user's `~/.cache/workbench/jax` either.
-_CACHE = os.environ.get("WORKBENCH_JAX_CACHE", "0")
-if _CACHE not in ("", "0"):
-    if _CACHE == "1":
+# JAX's persistent compilation cache, for the test run only (the library never sets it): many
+# tests compile the same programs (a study's smoke run in-process and again through the command
+# line, in a subprocess or another xdist worker; the float32 pass after the float64 one), and
+# a program compiled once is read back from disk. The environment variables carry it into the
+# subprocesses the tests start. Every program is kept, however short its compilation. The key
+# is the program, the jax/jaxlib version and the compile options, so a change of code or
+# version compiles afresh. It lives in `build/jax-cache/` (`rm -rf` it to empty it);
+# `WORKBENCH_JAX_CACHE=DIR` puts it elsewhere, `WORKBENCH_JAX_CACHE=0` turns it off (and keeps
+# the commands the tests run out of the user's `~/.cache/workbench/jax`). It was off for a
+# day, blamed for the crash above that happened while reading an executable back.
+_CACHE = os.environ.get("WORKBENCH_JAX_CACHE", "")
+if _CACHE != "0":
+    if _CACHE in ("", "1"):
         _CACHE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "build", "jax-cache")
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
@@ -110,3 +109,16 @@ def getkey():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Free every compiled program when a test file ends: JAX keeps each one for the life of
+    the process, and on CPU each holds about 17 memory maps (its code, data and guard pages).
+    Linux lets a process have `vm.max_map_count` = 65530 maps; past them `mmap` fails, and
+    XLA dies in whatever it was doing: compiling, or reading an executable back. An xdist
+    worker runs half the suite in one process, and reached the limit (see the top of this
+    file); one test file alone stays well under it."""
+    yield
+    jax.clear_caches()
+    gc.collect()

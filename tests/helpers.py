@@ -100,8 +100,8 @@ def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 9
               jax_cache=None):  # fmt: skip
     """`python -m studies run <study> --smoke --out <out> <args>` from the repository root,
     progress bars off: the finished process (`wait`) or the running one. `jax_cache`: a folder
-    for the command's compilation cache (`WORKBENCH_JAX_CACHE`; default: the test run's
-    setting, off unless asked for)."""
+    for the command's compilation cache (`WORKBENCH_JAX_CACHE`, in place of the test run's;
+    default: the test run's)."""
     import os
     import subprocess
     import sys
@@ -109,6 +109,7 @@ def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 9
     cmd = [sys.executable, "-m", "studies", "run", study, "--smoke", "--out", str(out), *args]
     env = dict(os.environ, WORKBENCH_PROGRESS="0")
     if jax_cache is not None:
+        env = {k: v for k, v in env.items() if not k.startswith("JAX_COMPILATION_CACHE")}
         env["WORKBENCH_JAX_CACHE"] = str(jax_cache)
     if wait:
         return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env,
