@@ -25,13 +25,14 @@ jax.config.update("jax_enable_x64", X64)
 
 # Four clean-clone CI runs (2026-12-05 and -06) lost an xdist worker inside XLA: a SIGABRT in a
 # compile, and segmentation faults in a compile and in reading an executable back from the
-# compilation cache. They were blamed on XLA's optimization level 0, then on the cache; both
-# are off. One cause fits all four, and one is reproduced: each compiled program holds about 17 memory maps of the
-# process (on CPU, jaxlib 0.10.2), JAX keeps every program it compiled for the life of the
-# process, and Linux refuses a 65 531st map (`vm.max_map_count`). A worker that runs half the
-# suite passed that limit: a local run of the suite (2026-12-06, 14:45) segfaulted in
-# `backend_compile_and_load` with the worker at 65 529 maps, in the very test the last CI
-# lost. `_release_compiled_programs` (below) frees the programs when each test file ends.
+# compilation cache. They were blamed on XLA's optimization level 0, then on the cache. One
+# cause fits all four, and it is reproduced for one: each compiled program holds about 17
+# memory maps of the process (on CPU, jaxlib 0.10.2), JAX keeps every program it compiled for
+# the life of the process, and Linux refuses a 65 531st map (`vm.max_map_count`). A worker
+# that runs half the suite passed that limit: a local run of the suite (2026-12-06, 14:33)
+# segfaulted in `backend_compile_and_load` with the worker at 65 529 maps, in the very test the
+# last CI lost. `_release_compiled_programs` (below) frees the programs when each test file
+# ends; the clean-clone CI run after it peaked at 16 636 maps in a worker, and passed.
 
 # JAX's persistent compilation cache, for the test run only (the library never sets it): many
 # tests compile the same programs (a study's smoke run in-process and again through the command
