@@ -423,8 +423,8 @@ def _default_jobs() -> int:
     """One study more than there are cores, at most 4: a study compiles on one core and runs
     on several, so a third study on 2 cores fills some of their gaps. Smoke tours from an empty
     cache, 2-core Intel Xeon, 2026-12-06, four pairs run back to back: 3 at a time took 108,
-    105, 134 and 119 s, and 2 at a time 112, 114, 134 and 122 s: 3 % faster on average, and
-    never slower."""
+    105, 134 and 119 s, and 2 at a time 112, 114, 134 and 122 s: 3 % less on average, within
+    the 105-134 s the same tour varied by the hour, and not slower in any pair."""
     import os
 
     return max(1, min(4, (os.cpu_count() or 1) + 1))

@@ -36,14 +36,13 @@ jax.config.update("jax_enable_x64", X64)
 
 # JAX's persistent compilation cache, for the test run only (the library never sets it): many
 # tests compile the same programs (a study's smoke run in-process and again through the command
-# line, in a subprocess or another xdist worker; the float32 pass after the float64 one), and
-# a program compiled once is read back from disk. The environment variables carry it into the
-# subprocesses the tests start. Every program is kept, however short its compilation. The key
-# is the program, the jax/jaxlib version and the compile options, so a change of code or
-# version compiles afresh. It lives in `build/jax-cache/` (`rm -rf` it to empty it);
-# `WORKBENCH_JAX_CACHE=DIR` puts it elsewhere, `WORKBENCH_JAX_CACHE=0` turns it off (and keeps
-# the commands the tests run out of the user's `~/.cache/workbench/jax`). It was off for a
-# day, blamed for the crash above that happened while reading an executable back.
+# line, in a subprocess or another xdist worker), and a program compiled once is read back from
+# disk. The environment variables carry it into the subprocesses the tests start. Every program is
+# kept, however short its compilation. The key is the program, the jax/jaxlib version and the
+# compile options, so a change of code or version compiles afresh. It lives in `build/jax-cache/`
+# (`rm -rf` it to empty it); `WORKBENCH_JAX_CACHE=DIR` puts it elsewhere, `WORKBENCH_JAX_CACHE=0`
+# turns it off (and keeps the commands the tests run out of the user's `~/.cache/workbench/jax`).
+# It was off for a day, blamed for the crash above that happened while reading an executable back.
 _CACHE = os.environ.get("WORKBENCH_JAX_CACHE", "")
 if _CACHE != "0":
     if _CACHE in ("", "1"):
@@ -118,8 +117,8 @@ def _release_compiled_programs():
     the process, and on CPU each holds about 17 memory maps (its code, data and guard pages).
     Linux lets a process have `vm.max_map_count` = 65530 maps; past them `mmap` fails, and
     XLA dies in whatever it was doing: compiling, or reading an executable back. An xdist
-    worker runs half the suite in one process, and reached the limit (see the top of this
-    file); one test file alone stays well under it."""
+    worker runs half the suite in one process, and reached the limit (the comment near the
+    top of this file); one test file alone stays well under it."""
     yield
     jax.clear_caches()
     gc.collect()
