@@ -40,7 +40,8 @@ jax.config.update("jax_enable_x64", X64)
 # disk. The environment variables carry it into the subprocesses the tests start. Every program is
 # kept, however short its compilation. The key is the program, the jax/jaxlib version and the
 # compile options, so a change of code or version compiles afresh. It lives in `build/jax-cache/`
-# (`rm -rf` it to empty it); `WORKBENCH_JAX_CACHE=DIR` puts it elsewhere, `WORKBENCH_JAX_CACHE=0`
+# (`rm -rf` it to empty it; `.ci/run` keeps it in `~/.cache/workbench/jax-ci`, from one CI run
+# to the next); `WORKBENCH_JAX_CACHE=DIR` puts it elsewhere, `WORKBENCH_JAX_CACHE=0`
 # turns it off (and keeps the commands the tests run out of the user's `~/.cache/workbench/jax`).
 # It was off for a day, blamed for the crash above that happened while reading an executable back.
 _CACHE = os.environ.get("WORKBENCH_JAX_CACHE", "")
