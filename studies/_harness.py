@@ -552,10 +552,27 @@ def _tour_one(
         if not isinstance(e, RunFolderError):  # the folder is another run's: write nothing there
             out.mkdir(parents=True, exist_ok=True)
             atomic_write_text(out / "traceback.txt", trace)
+        _release_programs()
         return _Outcome(name, summary, False, wall, trace, f"{type(e).__name__}: {e}")
     wall = time.perf_counter() - start
+    _release_programs()
     report = (out / "report.md").read_text(encoding="utf-8")
     return _Outcome(name, summary, True, wall, report, verdict=verdict)
+
+
+def _release_programs() -> None:
+    """In a tour's worker process, free every program the study just compiled
+    (`jax.clear_caches()`): a worker runs study after study, JAX keeps each program for the life
+    of the process, and on CPU each holds about 17 of its memory maps, of which Linux allows
+    65 530 (docs/extending.md, "Running it"). A smoke tour in one process ends at about 8 900;
+    a full tour is not measured. The tour's own process (`jobs=1`, or `run_tour` called from a
+    notebook) keeps its programs, and so does an interrupted study (its computation may still
+    be running)."""
+    if _TOUR_STOP is None:
+        return
+    import jax
+
+    jax.clear_caches()
 
 
 def _tour_report(

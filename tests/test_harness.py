@@ -855,6 +855,34 @@ def test_tour_runs_the_tour_names_unless_all(tmp_path, fake_registry, monkeypatc
     assert not (tmp_path / "x" / "sqares").exists()
 
 
+def test_a_tour_worker_frees_the_programs_of_each_study(tmp_path, fake_registry, monkeypatch):
+    """A tour's worker process (jobs > 1) runs study after study; it frees what each compiled
+    when the study ends (every program holds memory maps, a finite resource). The tour's own
+    process (jobs = 1, or `run_tour` from a notebook) keeps them."""
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+
+    squares, _ = fake_registry
+    program = jax.jit(lambda x: jnp.sum(x * x))
+    compute = squares.compute
+
+    def compiling(config):  # the squares study, its sum also computed by a compiled program
+        results = compute(config)
+        assert int(program(jnp.arange(config.n + 1))) == results.closed_form == 385
+        return results
+
+    monkeypatch.setattr(squares, "compute", compiling)
+    run = lambda out: _harness._tour_one("squares", studies.STUDIES, out, full=False,
+                                         overwrite=False)  # fmt: skip
+    kept = run(tmp_path / "kept")
+    assert kept.ok and kept.verdict.startswith("Yes") and program._cache_size() == 1
+    monkeypatch.setattr(_harness, "_TOUR_STOP", threading.Event())  # as in a worker
+    freed = run(tmp_path / "freed")
+    assert freed.ok and freed.verdict.startswith("Yes") and program._cache_size() == 0
+
+
 def test_the_real_tour_names_registered_studies():
     assert studies.TOUR and set(studies.TOUR) <= set(studies.STUDIES)
     assert len(set(studies.TOUR)) == len(studies.TOUR)
