@@ -9,6 +9,7 @@ import json
 import re
 
 import diffrax
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -290,6 +291,51 @@ def test_adaptive_reference_and_predicted_cost():
     assert lad.evaluations_for(float(lad.errors[0]) / 16) == pytest.approx(
         lad.evaluations_for(float(lad.errors[0])) * 16 ** (1 / lad.fit.order)
     )
+
+
+@pytest.mark.parametrize("method", [wb.schemes.Strang(), diffrax.Heun()], ids=["strang", "heun"])
+def test_the_ladders_solve_is_integrates_and_its_program_calls_no_python(method):
+    """The ladders' solve (`_convergence._solve`) gives `integrate`'s state and evaluation count,
+    raises on the host for a state that is not finite (naming the method, the step count and,
+    for a splitting, the first step), and for a splitting its compiled program holds no call
+    back to Python, which JAX's persistent compilation cache would refuse to keep."""
+    from workbench.analysis import _convergence
+
+    rng = np.random.default_rng(0)
+    _, m = small_encoder(rng, d=8, heads=2, layers=2, dff=8, norm_first=True, activation="gelu")
+    u0 = jnp.asarray(rng.standard_normal((3, 8)))
+    k = jnp.asarray(8)
+    u1, evaluations = _convergence._solve(m.equation, u0, method, None, k)
+    want = wb.integrate(m.equation, u0, method, num_steps=8)
+    np.testing.assert_array_equal(np.asarray(u1), np.asarray(want.u1))
+    assert int(evaluations) == int(want.stats["num_evaluations"]) > 0
+    bad = u0.at[1, 2].set(jnp.nan)
+    first = " First step not finite: 0." if isinstance(method, wb.schemes.Strang) else ""
+    message = f"{type(method).__name__} with num_steps=8: {wb.RESULTS[wb.RESULTS.nonfinite_state]}"
+    with pytest.raises(RuntimeError, match=re.escape(message + first) + "$"):
+        _convergence._solve(m.equation, bad, method, None, k)
+    if not first:  # diffrax checks the sign of its step (traced here) with a callback of its own
+        return
+    text = _convergence._solve_program.lower(m.equation, u0, method, None, k).as_text()
+    checked = eqx.filter_jit(lambda u, n: wb.integrate(m.equation, u, method, num_steps=n).u1)
+    assert "callback" not in text and "callback" in checked.lower(u0, k).as_text()
+
+
+def test_a_run_time_step_count_off_the_layers_raises_or_is_a_result():
+    """A traced `num_steps` that is not a multiple of the layer count: `integrate` raises at run
+    time, or with `throw=False` returns `RESULTS.invalid_num_steps` (the valid count succeeds)."""
+    rng = np.random.default_rng(0)
+    _, m = small_encoder(rng, d=8, heads=2, layers=2, dff=8, norm_first=True)
+    u0 = jnp.asarray(rng.standard_normal((3, 8)))
+    solve = eqx.filter_jit(
+        lambda k, throw: (
+            wb.integrate(m.equation, u0, wb.schemes.LieTrotter(), num_steps=k, throw=throw).result
+        )  # fmt: skip
+    )
+    assert solve(jnp.asarray(3), False) == wb.RESULTS.invalid_num_steps
+    assert solve(jnp.asarray(4), False) == wb.RESULTS.successful
+    with pytest.raises(eqx.EquinoxRuntimeError, match=r"multiple of the number of layers \(2\)"):
+        solve(jnp.asarray(3), True)
 
 
 def test_error_ladder_errors():

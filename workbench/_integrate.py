@@ -125,7 +125,8 @@ def integrate(
     - `method`: a splitting scheme or a diffrax solver.
     - `num_steps`: number of uniform steps over `[0, T]`; a multiple of the layer count for
       piecewise-constant controls. May be a traced integer (inside `jax.jit`), so a ladder of
-      step counts compiles once; `save_steps` then is not available.
+      step counts compiles once; `save_steps` then is not available, and a traced count that is
+      not a multiple raises at run time (`throw=True`) or gives `RESULTS.invalid_num_steps`.
     - `stepsize_controller`: diffrax only: an adaptive controller (instead of `num_steps`).
     - `formulation`: diffrax only: `None` (automatic), `Natural()`, `Projected()`,
       `Penalty(epsilon)`.
@@ -139,7 +140,9 @@ def integrate(
     - `save_steps`: splitting only: also return the state after every step.
     - `throw`: raise if the initial state holds NaN/inf or the solve failed (NaN/inf, max steps),
       naming the step (splitting) or layer (diffrax); with `False` the failure is returned in
-      `Solution.first_nonfinite_step` and `Solution.stats` (for sweeps under `vmap`).
+      `Solution.first_nonfinite_step` and `Solution.stats` (for sweeps under `vmap`). The checks
+      are calls back to Python, and JAX's persistent compilation cache keeps no program with
+      one: with `False`, a splitting scheme and no traced mask the program holds none.
     - `u0_name`: how error messages call the initial state.
     - `adjoint`: how reverse-mode differentiation stores the solve. Splitting schemes:
       `None`/`NoCheckpointing()` (store everything), `CheckpointEvery(k)` (the state every `k`
@@ -302,10 +305,11 @@ def _integrate_traced(
         bad = jnp.where((bad < 0) & ~jnp.all(jnp.isfinite(v)), i, bad)
         return v, bad, cost
 
-    if equation.is_piecewise_constant:
+    invalid = (num_steps % pieces != 0) if equation.is_piecewise_constant else jnp.array(False)
+    if throw:  # without it, the program calls no Python (JAX's persistent cache keeps it)
         num_steps = eqx.error_if(
             num_steps,
-            num_steps % pieces != 0,
+            invalid,
             f"integrate: num_steps must be a multiple of the number of layers ({pieces}).",
         )
     init = (u0, jnp.array(-1, num_steps.dtype), jnp.zeros((), dtype))
@@ -327,7 +331,11 @@ def _integrate_traced(
         num_steps=None,
         num_evaluations=None,
         first_nonfinite_step=bad,
-        result=RESULTS.where(bad >= 0, RESULTS.nonfinite_state, RESULTS.successful),
+        result=RESULTS.where(
+            invalid,
+            RESULTS.invalid_num_steps,
+            RESULTS.where(bad >= 0, RESULTS.nonfinite_state, RESULTS.successful),
+        ),
         stats={"num_steps": num_steps, "num_evaluations": num_steps * per_step},
         running_cost=None if running_cost is None else cost,
     )

@@ -29,6 +29,10 @@ class RESULTS(eqx.Enumeration):
         "The diffrax solver failed in one layer (Solution.stats['failed_piece']): a failed "
         "implicit (Newton) solve or a step below the controller's minimum."
     )
+    invalid_num_steps = (
+        "num_steps (given at run time) is not a multiple of the number of layers, so steps "
+        "straddle the jumps of the piecewise-constant controls; pass a multiple."
+    )
 
 
 class Solution(eqx.Module):
@@ -45,8 +49,10 @@ class Solution(eqx.Module):
     - `first_nonfinite_step`: index of the first step (splitting) or layer (diffrax) whose
       result held NaN/inf, or −1.
     - `result`: a `workbench.RESULTS` item: `RESULTS.successful`, `nonfinite_state`,
-      `max_steps_reached` or `solver_failed` (compare with `==`; `RESULTS[sol.result]` is the
-      message). Under `vmap` with `throw=False` it holds one result per batch entry.
+      `max_steps_reached`, `solver_failed` or, for a splitting scheme given a run-time
+      `num_steps` with `throw=False`, `invalid_num_steps` (compare with `==`;
+      `RESULTS[sol.result]` is the message). Under `vmap` with `throw=False` it holds one result
+      per batch entry.
     - `stats`: run-time statistics as arrays: `num_steps`, `num_evaluations` (splitting and
       diffrax; `-1` where unknown, e.g. implicit solvers' Newton iterations), and for diffrax
       `num_accepted_steps`, `num_rejected_steps` and `failed_piece` (first layer whose solve

@@ -14,6 +14,8 @@ import numpy as np
 from .._checks import int_in_range, positive_int
 from .._equation import Equation
 from .._integrate import integrate
+from .._solution import RESULTS
+from ..schemes._splitting import AbstractSplittingScheme
 from ._order import OrderFit, fit_order
 
 
@@ -81,17 +83,36 @@ def reference_solution(
     return Reference(fine, steps_per_layer, estimate, seconds)
 
 
-_TRACES = [0]  # how many times `_solve` was traced (= compiled): the no-recompilation check
+_TRACES = [0]  # times `_solve_program` was traced (= compiled): the no-recompilation check
+
+
+def _solve(equation, u0, method, formulation, k):
+    """`(u(T), vector-field evaluations)` of one solve with a run-time step count `k`, checked
+    on the host: a solve that failed (NaN/inf, diffrax's `max_steps`, a `k` that is not a
+    multiple of the layer count) raises `RuntimeError` naming the method, the step count and
+    the first step (splitting) or layer (diffrax) that was not finite. For a splitting scheme
+    the compiled program (`_solve_program`) then calls no Python, so JAX's persistent
+    compilation cache keeps it and a later process reads it back (a program with a callback, as
+    `integrate(throw=True)` makes, is compiled anew in every process); a diffrax solve still
+    holds diffrax's own check of its step's sign, a callback when the layer's time is traced."""
+    u1, evaluations, result, first_bad = _solve_program(equation, u0, method, formulation, k)
+    if result != RESULTS.successful:
+        where = "step" if isinstance(method, AbstractSplittingScheme) else "layer"
+        first = f" First {where} not finite: {int(first_bad)}." if int(first_bad) >= 0 else ""
+        raise RuntimeError(
+            f"{type(method).__name__} with num_steps={int(k)}: {RESULTS[result]}{first}"
+        )
+    return u1, evaluations
 
 
 @eqx.filter_jit
-def _solve(equation, u0, method, formulation, k):
-    """One solve with a run-time step count `k`; cached across calls by the inputs' structure,
-    so a ladder, and later solves of the same method and model, compile once."""
+def _solve_program(equation, u0, method, formulation, k):
+    """The program of `_solve`: cached across calls by the inputs' structure, so a ladder, and
+    later solves of the same method and model, compile once."""
     _TRACES[0] += 1  # runs at trace time only
     kwargs = {} if formulation is None else {"formulation": formulation}
-    sol = integrate(equation, u0, method, num_steps=k, **kwargs)
-    return sol.u1, sol.stats["num_evaluations"]
+    sol = integrate(equation, u0, method, num_steps=k, throw=False, **kwargs)
+    return sol.u1, sol.stats["num_evaluations"], sol.result, sol.first_nonfinite_step
 
 
 @dataclasses.dataclass(frozen=True)
