@@ -4,6 +4,7 @@ input), data parallelism and the training studies' command line. The gradients a
 test_control_gradients.py."""
 
 import json
+import logging
 import os
 import pathlib
 import subprocess
@@ -103,6 +104,38 @@ def test_patch_embedding_is_a_convolution(getkey):
     np.testing.assert_allclose(tokens[0], np.asarray(emb.cls + emb.position[0]), atol=0)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32, jnp.bfloat16])
+def test_random_controls_are_jaxs_plain_draws_bit_for_bit(dtype):
+    """`random_transformer` and the embeddings draw `scale * jax.random.normal(key, shape)`
+    through a draw of a power-of-two size cut on the host (`_models._normal`): the same bits,
+    eagerly and under `jit`/`vmap`, and one compiled sampler for shapes of one size class."""
+    from workbench.control._models import _normal
+
+    key = jax.random.key(11)
+    plain = lambda k, shape, scale: scale * jax.random.normal(k, shape, dtype)
+    bits = lambda x: (x.dtype, x.shape, np.asarray(x).tobytes())
+    for shape, scale in [((2, 16, 16), 0.25), ((3, 5, 7), 3**-0.5), ((65, 32), 0.02), ((1,), 1.0)]:
+        assert bits(_normal(key, shape, scale, dtype)) == bits(plain(key, shape, scale))
+    traced = jax.jit(lambda k: _normal(k, (3, 4), 0.5, dtype))(key)
+    assert bits(traced) == bits(plain(key, (3, 4), 0.5))
+    keys = jax.random.split(key, 3)
+    mapped = jax.vmap(lambda k: _normal(k, (2, 3), 0.5, dtype))(keys)
+    assert bits(mapped) == bits(jax.vmap(lambda k: plain(k, (2, 3), 0.5))(keys))
+    # Shapes of 65..128 numbers share the one sampler of 128: it is not compiled again.
+    _normal(key, (5, 13), 1.0, dtype)
+    compiled = []
+    handler = logging.Handler()
+    handler.emit = lambda record: compiled.append(record.getMessage())
+    logger = logging.getLogger("jax._src.dispatch")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles():
+            for shape in [(6, 12), (2, 40), (100,), (4, 4, 8)]:
+                _normal(key, shape, 0.1, dtype).block_until_ready()
+    finally:
+        logger.removeHandler(handler)
+    samplers = [m for m in compiled if m.startswith("Finished XLA compilation of jit(_normal)")]
+    assert samplers == [], samplers
 # --------------------------------------------------------------------------------------------
 # Trainer
 # --------------------------------------------------------------------------------------------
