@@ -136,6 +136,8 @@ def test_random_controls_are_jaxs_plain_draws_bit_for_bit(dtype):
         logger.removeHandler(handler)
     samplers = [m for m in compiled if m.startswith("Finished XLA compilation of jit(_normal)")]
     assert samplers == [], samplers
+
+
 # --------------------------------------------------------------------------------------------
 # Trainer
 # --------------------------------------------------------------------------------------------

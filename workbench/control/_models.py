@@ -55,11 +55,7 @@ def _normal(key, shape, scale, dtype):
     threefry rounds) and its scaling. Under a transformation (a traced key), or with the
     non-partitionable threefry, it is the plain draw."""
     size = math.prod(shape)
-    if (
-        isinstance(key, jax.core.Tracer)
-        or not jax.config.jax_threefry_partitionable
-        or size == 0
-    ):
+    if isinstance(key, jax.core.Tracer) or not jax.config.jax_threefry_partitionable or size == 0:
         return scale * jax.random.normal(key, shape, dtype)
     draw = jax.random.normal(key, (1 << (size - 1).bit_length(),), dtype)
     values = np.asarray(draw)[:size].reshape(shape)
