@@ -394,8 +394,7 @@ def _cmd_tour(argv: list[str]) -> int:
         type=int,
         default=_default_jobs(),
         metavar="N",
-        help="studies run at once, each in its own process (default: one more than the CPU count, "
-        "at most 4)",
+        help="studies run at once, each in its own process (default: the CPU count, at most 4)",
     )
     try:
         args = parser.parse_args(argv)
@@ -420,14 +419,14 @@ def _cmd_tour(argv: list[str]) -> int:
 
 
 def _default_jobs() -> int:
-    """One study more than there are cores, at most 4: a study compiles on one core and runs
-    on several, so a third study on 2 cores fills some of their gaps. Smoke tours from an empty
-    cache, 2-core Intel Xeon, 2026-12-06, four pairs run back to back: 3 at a time took 108,
-    105, 134 and 119 s, and 2 at a time 112, 114, 134 and 122 s: 3 % less on average, within
-    the 105-134 s the same tour varied by the hour, and not slower in any pair."""
+    """As many studies as there are cores, at most 4. Smoke tours from an empty cache run back
+    to back on a 2-core AMD EPYC (2026-12-06, three pairs): 2 at a time took 68, 67 and 67 s
+    (118-120 s of user CPU), 3 at a time 76, 74 and 69 s (126-137 s): a third study only adds
+    contention there. On a 2-core Intel Xeon the day before, four pairs had given 3 at a time
+    3 % less on average (108-134 s against 112-134 s), within that hour's noise."""
     import os
 
-    return max(1, min(4, (os.cpu_count() or 1) + 1))
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 # --------------------------------------------------------------------------------------------
