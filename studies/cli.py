@@ -404,7 +404,7 @@ def _cmd_tour(argv: list[str]) -> int:
         return _usage_error(parser, f"--jobs {args.jobs}: give a whole number >= 1.")
     import studies
 
-    from ._harness import run_tour
+    from ._tour import run_tour
 
     names = None if args.all else [name for name in studies.TOUR if name in studies.STUDIES]
     expected = None if args.full else studies.SMOKE_SECONDS

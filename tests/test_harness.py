@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import studies
-from studies import _harness, cli
+from studies import _harness, _tour, cli
 from studies._config import ConfigError, check_multiple, check_positive, check_range
 from studies._overrides import OverrideError, describe_fields, parse_overrides, parse_value
 from studies._report import code_block, demote_headings, markdown_table, new_figure, save_figure
@@ -820,12 +820,12 @@ def test_tour_in_parallel_processes_equals_the_serial_tour(tmp_path, monkeypatch
     stream = io.StringIO()
     first = {"tri-2": 5.0, "tri-0": 1.0}  # start order tri-2, tri-0, tri-1; the report keeps names'
     assert (
-        _harness.run_tour(
+        _tour.run_tour(
             tmp_path / "par", registry=registry, stream=stream, jobs=2, expected_seconds=first
         )
         == 0
     )
-    assert _harness.run_tour(tmp_path / "ser", registry=registry, stream=io.StringIO()) == 0
+    assert _tour.run_tour(tmp_path / "ser", registry=registry, stream=io.StringIO()) == 0
     for k, n in enumerate((10, 20, 30)):
         par = json.loads((tmp_path / "par" / f"tri-{k}" / "results.json").read_text())
         ser = json.loads((tmp_path / "ser" / f"tri-{k}" / "results.json").read_text())
@@ -835,7 +835,33 @@ def test_tour_in_parallel_processes_equals_the_serial_tour(tmp_path, monkeypatch
     assert summary["studies"]["tri-2"]["verdict"] == "Yes. 465"
     assert "3 studies (smoke), 2 at a time" in stream.getvalue()
     with pytest.raises(ValueError, match="jobs=0 must be an integer >= 1"):
-        _harness.run_tour(tmp_path / "x", registry=registry, jobs=0)
+        _tour.run_tour(tmp_path / "x", registry=registry, jobs=0)
+
+
+def test_a_parallel_tour_leaves_jax_to_its_workers(tmp_path):
+    """With `jobs > 1` the tour's own process imports neither JAX nor `workbench` (the workers
+    do, and a worker names the default folder and writes the report); the tour is the same."""
+    (tmp_path / "_wb_light_study.py").write_text(_ON_DISK_STUDY.format(name="tri", n=12))
+    code = (
+        "import sys\n"
+        "from studies import _tour\n"
+        "if __name__ == '__main__':\n"
+        "    code = _tour.run_tour(None, root='runs', registry={'tri': '_wb_light_study'}, jobs=2)\n"
+        "    print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'workbench')))\n"
+        "    sys.exit(code)\n"
+    )
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(repo)])}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.startswith("tour-")
+    summary = json.loads((folder / "tour.json").read_text())
+    assert summary["studies"]["tri"]["verdict"] == "Yes. 78"
+    assert summary["environment"]["jax_devices"]  # described by a worker's JAX
+    assert json.loads((folder / "tri" / "results.json").read_text())["total"] == 78
 
 
 def test_tour_runs_the_tour_names_unless_all(tmp_path, fake_registry, monkeypatch):
@@ -851,7 +877,7 @@ def test_tour_runs_the_tour_names_unless_all(tmp_path, fake_registry, monkeypatc
     ]
     assert "every registered study (2)" in (tmp_path / "a" / "report.md").read_text()
     with pytest.raises(ValueError, match=r"names=\['sqares'\] are not registered.*squares"):
-        _harness.run_tour(tmp_path / "x", names=["sqares"])
+        _tour.run_tour(tmp_path / "x", names=["sqares"])
     assert not (tmp_path / "x" / "sqares").exists()
 
 
@@ -880,13 +906,13 @@ def test_a_tour_worker_frees_the_programs_of_each_study(tmp_path, fake_registry,
         return results
 
     monkeypatch.setattr(squares, "compute", compiling)
-    run = lambda out: _harness._tour_one("squares", studies.STUDIES, out, full=False,
+    run = lambda out: _tour._tour_one("squares", studies.STUDIES, out, full=False,
                                          overwrite=False)  # fmt: skip
     kept = run(tmp_path / "kept")
     assert kept.ok and kept.verdict.startswith("Yes")
     again = run(tmp_path / "again")  # the tour's own process: the program is still there
     assert again.ok and len(traces) == 1
-    monkeypatch.setattr(_harness, "_TOUR_STOP", threading.Event())  # as in a worker
+    monkeypatch.setattr(_tour, "_TOUR_STOP", threading.Event())  # as in a worker
     freed = run(tmp_path / "freed")  # still the same program: traced before, freed after
     assert freed.ok and freed.verdict.startswith("Yes") and len(traces) == 1
     later = run(tmp_path / "later")  # the worker's next study compiles it anew
@@ -903,7 +929,7 @@ def test_the_real_tour_names_registered_studies():
 
 def test_tour_all_ok_returns_zero_and_full_uses_default_config(tmp_path, fake_registry):
     out = tmp_path / "tour"
-    code = _harness.run_tour(
+    code = _tour.run_tour(
         out, full=True, registry={"squares": SQUARES_MODULE}, stream=io.StringIO()
     )
     assert code == 0

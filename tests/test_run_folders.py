@@ -18,7 +18,7 @@ import time
 import pytest
 
 import studies
-from studies import _harness, _run_folder, cli
+from studies import _harness, _run_folder, _tour, cli
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -475,15 +475,15 @@ def test_a_tour_rerun_keeps_its_complete_studies_and_refuses_another_config(regi
     import io
 
     out = tmp_path / "tour"
-    assert _harness.run_tour(out, registry=_NAMES, stream=io.StringIO()) == 0
+    assert _tour.run_tour(out, registry=_NAMES, stream=io.StringIO()) == 0
     before = _snapshot(out / "tri")
     # The same tour again: every study already complete, its folder byte for byte as it was.
-    assert _harness.run_tour(out, registry=_NAMES, stream=io.StringIO()) == 0
+    assert _tour.run_tour(out, registry=_NAMES, stream=io.StringIO()) == 0
     assert _snapshot(out / "tri") == before
     assert json.loads((out / "tour.json").read_text())["studies"]["tri"]["verdict"] == "Yes. 55"
     # The full configs into the smoke folders: refused per study (one line), nothing changed.
     stream = io.StringIO()
-    assert _harness.run_tour(out, registry=_NAMES, full=True, stream=stream) == 1
+    assert _tour.run_tour(out, registry=_NAMES, full=True, stream=stream) == 1
     assert _snapshot(out / "tri") == before
     assert (
         "RunFolderError" in json.loads((out / "tour.json").read_text())["studies"]["tri"]["error"]
