@@ -101,9 +101,9 @@ TOUR: tuple[str, ...] = (
 )
 """The studies `workbench tour` runs by default, at smoke size: the headline result of each theme
 (exact recovery, the particle model's clustering and phase diagrams, convergence and splitting
-error, the step-size plan, training as control, a real pretrained model), in 80 s on 2 CPU
-cores with an empty compilation cache and 54 s with a filled one. `workbench tour --all` runs
-every registered study."""
+error, the step-size plan, training as control, a real pretrained model), in 63–79 s on 2 CPU
+cores with an empty compilation cache and 48–52 s with a filled one (2026-12-07, README).
+`workbench tour --all` runs every registered study."""
 
 SMOKE_SECONDS: dict[str, float] = {
     "continuous-depth": 100.0,

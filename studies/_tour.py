@@ -33,6 +33,7 @@ class _Outcome:
     report: str  # the study's report, or the traceback when it failed
     error: str = ""  # one line: "ValueError: boom"
     verdict: str = ""
+    kept: bool = False  # complete from an earlier run, not run again: `wall_time_s` is that run's
 
 
 def run_tour(
@@ -102,8 +103,10 @@ def run_tour(
 
     def done(i: int, outcome: _Outcome) -> _Outcome:
         status = "ok" if outcome.ok else f"FAILED: {outcome.error}"
+        took = f"kept, {outcome.wall_time_s:.1f} s earlier" if outcome.kept else (
+            f"{outcome.wall_time_s:.1f} s")  # fmt: skip
         print(
-            f"[{i}/{total}] {outcome.name}: {status} ({outcome.wall_time_s:.1f} s)",
+            f"[{i}/{total}] {outcome.name}: {status} ({took})",
             file=stream,
             flush=True,
         )
@@ -235,7 +238,11 @@ def _tour_one(
         config = default_config(module, smoke=not full)
         results = run_study(module, config, out, smoke=not full, overwrite=overwrite)
         if results is None:  # the folder already held this run, complete: keep it as it is
-            verdict = (read_run(out) or {}).get("verdict") or ""
+            record = read_run(out) or {}
+            _release_programs()
+            report = (out / "report.md").read_text(encoding="utf-8")
+            return _Outcome(name, summary, True, float(record.get("wall_time_s") or 0.0), report,
+                            verdict=record.get("verdict") or "", kept=True)  # fmt: skip
         else:
             verdict = checked_verdict(module, results)
     except KeyboardInterrupt:
@@ -299,6 +306,7 @@ def _finish_tour(
                     "ok": o.ok,
                     "verdict": o.verdict or None,
                     "wall_time_s": o.wall_time_s,
+                    "kept": o.kept,
                     "error": o.error or None,
                 }
                 for o in outcomes
@@ -324,6 +332,7 @@ def _tour_report(
     x64 = "on" if env["jax_enable_x64"] else "off (each study sets its own precision)"
     commit = f"git {env['git_commit'][:12]}" if env["git_commit"] else "no git commit"
     ok = sum(o.ok for o in outcomes)
+    kept = [o for o in outcomes if o.kept]
     lines = [
         "# Workbench tour",
         "",
@@ -336,9 +345,11 @@ def _tour_report(
         )
         + f"{stamp}; "
         f"jax {jax_version} on {env['jax_backend']}, global float64 {x64}, {commit}. "
-        f"{ok} of {len(outcomes)} studies ran; tour wall time **{total_s:.0f} s** (the studies' "
-        f"own times add up to {sum(o.wall_time_s for o in outcomes):.0f} s; they run in "
-        "parallel processes).",
+        f"{ok} of {len(outcomes)} studies ran"
+        + (f" ({len(kept)} of them complete from an earlier run, not run again)" if kept else "")
+        + f"; tour wall time **{total_s:.0f} s** (the own times of the studies run now add up to "
+        f"{sum(o.wall_time_s for o in outcomes if not o.kept):.0f} s; they run in parallel "
+        "processes).",
         "",
         'Each verdict is computed from the study\'s numbers; at smoke sizes a "No" can come from '
         "the small sizes (few starts, short runs, wide confidence intervals) rather than from the "
@@ -358,7 +369,9 @@ def _tour_report(
             lines += [f"*{o.summary}*", ""]
         if o.ok:
             report = _relink_images(demote_headings(o.report.strip(), 2), o.name)
-            lines += [f"Outputs in `{o.name}/`; wall time {o.wall_time_s:.2f} s.", "", report, ""]
+            took = (f"complete from an earlier run, not run again (its wall time {o.wall_time_s:.2f} s)"
+                    if o.kept else f"wall time {o.wall_time_s:.2f} s")  # fmt: skip
+            lines += [f"Outputs in `{o.name}/`; {took}.", "", report, ""]
         else:
             lines += [
                 f"**FAILED** after {o.wall_time_s:.2f} s: `{o.error.splitlines()[0]}`",

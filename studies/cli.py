@@ -93,7 +93,7 @@ def compilation_cache_environment(environ: Mapping[str, str]) -> dict[str, str]:
     `entry` adds them to `os.environ` before JAX is imported. Empty when the cache is off.
 
     A second `workbench run` or `tour` then reads the programs it compiled before from disk
-    instead of compiling them again (a smoke tour: 80 s, then 54 s, on 2 cores). The folder is
+    instead of compiling them again (a smoke tour on 2 cores: 63 s, then 52 s, 2026-12-07). The folder is
     `$WORKBENCH_JAX_CACHE`, else `$XDG_CACHE_HOME/workbench/jax` (`~/.cache/workbench/jax`),
     kept under 2 GiB (least recently used entries go first); `WORKBENCH_JAX_CACHE=0` turns it
     off, and a `JAX_COMPILATION_CACHE_DIR` already set is left as it is. JAX keys every entry

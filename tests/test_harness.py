@@ -764,6 +764,7 @@ def test_tour_records_success_and_failure(tmp_path, fake_registry, capsys):
         "ok": False,
         "verdict": None,
         "wall_time_s": summary["studies"]["broken"]["wall_time_s"],
+        "kept": False,
         "error": "RuntimeError: boom 42",
     }
     assert "failed: broken" in capsys.readouterr().err

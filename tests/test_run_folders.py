@@ -480,7 +480,19 @@ def test_a_tour_rerun_keeps_its_complete_studies_and_refuses_another_config(regi
     # The same tour again: every study already complete, its folder byte for byte as it was.
     assert _tour.run_tour(out, registry=_NAMES, stream=io.StringIO()) == 0
     assert _snapshot(out / "tri") == before
-    assert json.loads((out / "tour.json").read_text())["studies"]["tri"]["verdict"] == "Yes. 55"
+    first_time = json.loads((out / "tour.json").read_text())["studies"]["tri"]["wall_time_s"]
+    stream = io.StringIO()
+    assert _tour.run_tour(out, registry=_NAMES, stream=stream) == 0
+    assert _snapshot(out / "tri") == before
+    again = json.loads((out / "tour.json").read_text())["studies"]["tri"]
+    assert again["verdict"] == "Yes. 55" and again["kept"] is True
+    # The kept study's time is the run's (its run.json), not the tour's look at its folder.
+    recorded = json.loads((out / "tri" / "run.json").read_text())["wall_time_s"]
+    assert again["wall_time_s"] == recorded > 0 and abs(recorded - first_time) < 1.0
+    assert f"tri: ok (kept, {recorded:.1f} s earlier)" in stream.getvalue()
+    report = (out / "report.md").read_text()
+    assert "2 of them complete from an earlier run, not run again" in report
+    assert f"not run again (its wall time {recorded:.2f} s)" in report
     # The full configs into the smoke folders: refused per study (one line), nothing changed.
     stream = io.StringIO()
     assert _tour.run_tour(out, registry=_NAMES, full=True, stream=stream) == 1
