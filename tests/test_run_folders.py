@@ -294,10 +294,14 @@ def test_an_interrupted_run_says_one_line_and_is_marked(registry, tmp_path, sign
     proc = _subprocess(registry, ["tri", "--seconds", 60, "--out", out])
     try:
         _wait_for_state(out, "running")
+        # The "running" line comes just after the folder says so: wait for it, or the signal
+        # may arrive in between (and the run then rightly prints only the interrupted line).
+        first = proc.stderr.readline()
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+    err = first + err
     assert proc.returncode == 130, err
     lines = err.strip().splitlines()
     assert len(lines) == 2 and "Traceback" not in err, err
