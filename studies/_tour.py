@@ -237,14 +237,9 @@ def _tour_one(
         summary = module.SUMMARY
         config = default_config(module, smoke=not full)
         results = run_study(module, config, out, smoke=not full, overwrite=overwrite)
-        if results is None:  # the folder already held this run, complete: keep it as it is
-            record = read_run(out) or {}
-            _release_programs()
-            report = (out / "report.md").read_text(encoding="utf-8")
-            return _Outcome(name, summary, True, float(record.get("wall_time_s") or 0.0), report,
-                            verdict=record.get("verdict") or "", kept=True)  # fmt: skip
-        else:
-            verdict = checked_verdict(module, results)
+        kept = results is None  # the folder already held this run, complete: keep it as it is
+        record = (read_run(out) or {}) if kept else {}
+        verdict = (record.get("verdict") or "") if kept else checked_verdict(module, results)
     except KeyboardInterrupt:
         if _TOUR_STOP is not None:  # this worker's next study may come before the tour's stop
             _TOUR_STOP.set()
@@ -257,10 +252,11 @@ def _tour_one(
             atomic_write_text(out / "traceback.txt", trace)
         _release_programs()
         return _Outcome(name, summary, False, wall, trace, f"{type(e).__name__}: {e}")
-    wall = time.perf_counter() - start
+    # A kept study's time is its run's (run.json), not this look at its folder.
+    wall = float(record.get("wall_time_s") or 0.0) if kept else time.perf_counter() - start
     _release_programs()
     report = (out / "report.md").read_text(encoding="utf-8")
-    return _Outcome(name, summary, True, wall, report, verdict=verdict)
+    return _Outcome(name, summary, True, wall, report, verdict=verdict, kept=kept)
 
 
 def _release_programs() -> None:
