@@ -11,6 +11,7 @@ import optimistix as optx
 import pytest
 
 import workbench as wb
+from workbench.architectures import Transformer
 
 from helpers import small_encoder
 
@@ -241,6 +242,84 @@ def test_errors_for_misuse(pre_norm, post_norm):
         wb.integrate(eq_pre, u0, "rk4", num_steps=4)
     with pytest.raises(ValueError, match="apply to diffrax solvers only|applies to diffrax"):
         wb.integrate(eq_pre, u0, wb.schemes.Strang(), num_steps=4, stepsize_controller=pid)
+
+
+@pytest.mark.parametrize(
+    "solver,formulation",
+    [
+        (diffrax.Tsit5(), None),
+        (wb.solvers.ClassicalRK4(), None),
+        (diffrax.Heun(), "post"),
+        (diffrax.Tsit5(), wb.Penalty(0.1)),
+        (diffrax.Euler(), "continuous"),
+        (diffrax.Dopri5(), "continuous"),
+    ],
+    ids=[
+        "tsit5",
+        "rk4",
+        "heun-projected",
+        "tsit5-penalty",
+        "euler-continuous",
+        "dopri5-continuous",
+    ],
+)
+def test_a_run_time_step_count_is_diffeqsolves_arithmetic_without_a_callback(
+    pre_norm, post_norm, solver, formulation
+):
+    """With a traced `num_steps` and no adjoint, an explicit solver runs as a plain loop of its
+    steps (`_fixed_steps_forward`): bit for bit the state, step and evaluation counts of
+    `diffeqsolve` with `ConstantStepSize` (which an explicit adjoint still takes), piecewise
+    and continuous controls alike (their step times as ConstantStepSize places them), and,
+    with `throw=False`, a program with no call back to Python."""
+    import workbench.control as wbc
+
+    post = formulation == "post" or isinstance(formulation, wb.Penalty)
+    equation, u0, _ = post_norm if post else pre_norm
+    if formulation == "continuous":
+        equation = wbc.interpolate_controls(Transformer(equation)).equation
+    kwargs = {"formulation": formulation} if isinstance(formulation, wb.Penalty) else {}
+    solve = eqx.filter_jit(
+        lambda k, adjoint: wb.integrate(
+            equation, u0, solver, num_steps=k, throw=False, adjoint=adjoint, **kwargs
+        )
+    )
+    for k in (2, 6):
+        light = solve(jnp.asarray(k), None)
+        full = solve(jnp.asarray(k), diffrax.RecursiveCheckpointAdjoint())
+        np.testing.assert_array_equal(np.asarray(light.u1), np.asarray(full.u1))
+        for name in ("num_steps", "num_evaluations", "num_rejected_steps"):
+            assert int(light.stats[name]) == int(full.stats[name]), name
+        assert light.result == full.result == wb.RESULTS.successful
+    assert "callback" not in solve.lower(jnp.asarray(2), None).as_text()
+    assert "callback" in solve.lower(jnp.asarray(2), diffrax.RecursiveCheckpointAdjoint()).as_text()
+
+
+def test_a_run_time_step_count_reports_bad_counts_and_the_first_bad_layer(pre_norm):
+    """The loop of a traced step count: a count off the layers is `invalid_num_steps` (raised
+    with `throw=True`), one above `max_steps` per layer `max_steps_reached`, and a NaN that
+    enters in layer 1 is reported there."""
+    equation, u0, _ = pre_norm
+    solve = eqx.filter_jit(
+        lambda u, k, throw: wb.integrate(
+            equation, u, diffrax.Tsit5(), num_steps=k, throw=throw, max_steps=4
+        )
+    )
+    assert solve(u0, jnp.asarray(3), False).result == wb.RESULTS.invalid_num_steps
+    assert solve(u0, jnp.asarray(10), False).result == wb.RESULTS.max_steps_reached
+    assert solve(u0, jnp.asarray(8), False).result == wb.RESULTS.successful
+    with pytest.raises(eqx.EquinoxRuntimeError, match=r"multiple of the number of layers \(2\)"):
+        solve(u0, jnp.asarray(3), True)
+    # A NaN in layer 1's output bias: the state is finite after layer 0, not after layer 1.
+    broken = eqx.tree_at(
+        lambda e: e.operators[0].term.values.output_bias,
+        equation,
+        equation.operators[0].term.values.output_bias.at[1, 0].set(jnp.nan),
+    )
+    sol = eqx.filter_jit(
+        lambda k: wb.integrate(broken, u0, diffrax.Tsit5(), num_steps=k, throw=False)
+    )(jnp.asarray(4))
+    assert sol.result == wb.RESULTS.nonfinite_state
+    assert int(sol.first_nonfinite_step) == 1
 
 
 @pytest.mark.slow

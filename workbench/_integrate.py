@@ -127,6 +127,10 @@ def integrate(
       piecewise-constant controls. May be a traced integer (inside `jax.jit`), so a ladder of
       step counts compiles once; `save_steps` then is not available, and a traced count that is
       not a multiple raises at run time (`throw=True`) or gives `RESULTS.invalid_num_steps`.
+      A traced count is a loop of run-time length, forward only (reverse mode cannot
+      differentiate it): with an explicit diffrax solver and no `adjoint` it is a plain loop
+      over the solver's steps, `diffeqsolve`'s arithmetic with `ConstantStepSize` in a smaller
+      program; pass `adjoint=diffrax.RecursiveCheckpointAdjoint()` to differentiate it.
     - `stepsize_controller`: diffrax only: an adaptive controller (instead of `num_steps`).
     - `formulation`: diffrax only: `None` (automatic), `Natural()`, `Projected()`,
       `Penalty(epsilon)`.

@@ -33,6 +33,12 @@ def _has_error_estimate(solver) -> bool:
     return True
 
 
+def _is_explicit(solver) -> bool:
+    """Explicit Runge–Kutta or Euler: a step that `_fixed_steps_forward` can loop over as it is
+    (an implicit solver's root finder needs `diffeqsolve`'s tolerances)."""
+    return isinstance(_unwrap(solver), (diffrax.AbstractERK, diffrax.Euler))
+
+
 def _evaluations_per_step(solver):
     """(per step, per restart) vector-field evaluations of an explicit RK solver, or None."""
     inner = _unwrap(solver)
@@ -127,6 +133,66 @@ def _solve_pieces(
     return u1, stats, codes
 
 
+@eqx.filter_jit
+def _fixed_steps_forward(
+    equation, u0, solver, formulation, num_steps, mask, *, max_steps, restart, pieces, length
+):
+    """A fixed-step solve with a run-time step count by an explicit solver, forward only: each
+    layer's steps as one
+    `lax.fori_loop` over the solver's own `init` and `step`, at the times `ConstantStepSize`
+    gives them (`t0 + (t1 - t0) · i / k`, the first at `t0 + dt0`, the last at `t1`), so the
+    arithmetic is `diffeqsolve`'s with `ConstantStepSize`. It replaces `diffeqsolve`'s
+    checkpointed while loop, which reverse mode needs and a forward solve does not, by a plain
+    loop: a program about half the size to compile, with no call back to Python (diffeqsolve
+    checks the sign of a traced time span with one), so JAX's persistent cache keeps it.
+    Returns `(u1, stats, codes, first_bad_piece, invalid)` like `_solve_pieces`, with the
+    first layer that ended non-finite (-1: none) and whether the step count is not a
+    multiple of the layer count."""
+    dtype = u0.dtype
+    imex = _is_imex(solver)
+    runner = formulation.solver(equation, solver)
+    num_steps = jnp.asarray(num_steps)
+    invalid = (num_steps % pieces != 0) if restart else jnp.array(False)
+    per_piece = num_steps // pieces
+    taken = jnp.minimum(per_piece, max_steps)
+    span = jnp.asarray(length, dtype)
+    dt0 = span / per_piece.astype(dtype)
+    fraction = lambda i: i.astype(dtype) / per_piece.astype(dtype)
+
+    def solve_piece(u, piece):
+        local = equation.localize(piece) if restart else equation
+        terms = formulation.terms(local, mask, imex=imex)
+        args = (local, mask)
+        t0 = jnp.asarray(piece, dtype) * span
+        t1 = t0 + span
+
+        def end_of(i):  # the end of step i (0-based), as ConstantStepSize places it
+            t = jnp.where(i == 0, t0 + dt0, t0 + (t1 - t0) * fraction(i + 1))
+            return jnp.where(i + 1 == per_piece, t1, t)
+
+        def body(i, carry):
+            u, state, code = carry
+            ta = jnp.where(i == 0, t0, end_of(i - 1))
+            v, _, _, next_state, result = runner.step(terms, ta, end_of(i), u, args, state, False)
+            ok = (code == RESULTS.successful) & (result == diffrax.RESULTS.successful)
+            code = RESULTS.where(code == RESULTS.successful, _result(result), code)
+            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+            return keep(v, u), keep(next_state, state), code
+
+        state = runner.init(terms, t0, end_of(jnp.asarray(0)), u, args)
+        code = RESULTS.where(per_piece > max_steps, RESULTS.max_steps_reached, RESULTS.successful)
+        u, _, code = jax.lax.fori_loop(0, taken, body, (u, state, code))
+        code = RESULTS.where(invalid, RESULTS.invalid_num_steps, code)
+        stats = jnp.stack([taken, taken, jnp.zeros_like(taken)])
+        return u, (stats, code, ~jnp.all(jnp.isfinite(u)))
+
+    u1, (stats, codes, bad) = jax.lax.scan(
+        solve_piece, formulation.initial(equation, u0), jnp.arange(pieces)
+    )
+    first_bad = jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
+    return u1, stats, codes, first_bad, invalid
+
+
 def integrate_diffrax(
     equation: Equation,
     u0,
@@ -195,8 +261,8 @@ def integrate_diffrax(
     pieces = equation.num_pieces if restart else 1
     length = equation.piece_length if restart else equation.t1
     dtype = u0.dtype
+    traced = isinstance(num_steps, jax.core.Tracer)
     if fixed:
-        traced = isinstance(num_steps, jax.core.Tracer)
         if not traced:
             positive_int("num_steps", num_steps)
             if num_steps % pieces:
@@ -214,20 +280,41 @@ def integrate_diffrax(
     else:
         step = None if dt0 is None else jnp.asarray(dt0, dtype)
 
-    u1, stats, codes = _solve_pieces(
-        equation,
-        u0,
-        solver,
-        formulation,
-        controller,
-        step,
-        mask,
-        adjoint,
-        max_steps=max_steps,
-        restart=restart,
-        pieces=pieces,
-        length=length,
-    )
+    if fixed and traced and adjoint is None and _is_explicit(solver):
+        u1, stats, codes, first_bad, invalid = _fixed_steps_forward(
+            equation,
+            u0,
+            solver,
+            formulation,
+            num_steps,
+            mask,
+            max_steps=max_steps,
+            restart=restart,
+            pieces=pieces,
+            length=length,
+        )
+        if throw:
+            u1 = eqx.error_if(
+                u1,
+                invalid,
+                f"integrate: num_steps must be a multiple of the number of layers ({pieces}).",
+            )
+    else:
+        u1, stats, codes = _solve_pieces(
+            equation,
+            u0,
+            solver,
+            formulation,
+            controller,
+            step,
+            mask,
+            adjoint,
+            max_steps=max_steps,
+            restart=restart,
+            pieces=pieces,
+            length=length,
+        )
+        first_bad = None
     totals = stats.sum(axis=0)
     failed = codes != RESULTS.successful
     first_failed = jnp.where(jnp.any(failed), jnp.argmax(failed), -1)
@@ -265,7 +352,9 @@ def integrate_diffrax(
         us=None,
         num_steps=None,
         num_evaluations=None,
-        first_nonfinite_step=jnp.where(nonfinite, first_failed, -1),
+        first_nonfinite_step=jnp.where(
+            nonfinite, first_failed if first_bad is None else first_bad, -1
+        ),
         result=result,
         stats={
             "num_steps": steps,

@@ -90,11 +90,12 @@ def _solve(equation, u0, method, formulation, k):
     """`(u(T), vector-field evaluations)` of one solve with a run-time step count `k`, checked
     on the host: a solve that failed (NaN/inf, diffrax's `max_steps`, a `k` that is not a
     multiple of the layer count) raises `RuntimeError` naming the method, the step count and
-    the first step (splitting) or layer (diffrax) that was not finite. For a splitting scheme
-    the compiled program (`_solve_program`) then calls no Python, so JAX's persistent
-    compilation cache keeps it and a later process reads it back (a program with a callback, as
-    `integrate(throw=True)` makes, is compiled anew in every process); a diffrax solve still
-    holds diffrax's own check of its step's sign, a callback when the layer's time is traced."""
+    the first step (splitting) or layer (diffrax) that was not finite. The compiled program
+    (`_solve_program`) then calls no Python (an explicit diffrax solver with a traced step count
+    runs as a plain loop of its steps, not `diffeqsolve`, whose check of its step's sign is a
+    callback), so JAX's persistent compilation cache keeps it and a later process reads it
+    back (a program with a callback, as `integrate(throw=True)` makes, is compiled anew in every
+    process)."""
     u1, evaluations, result, first_bad = _solve_program(equation, u0, method, formulation, k)
     if result != RESULTS.successful:
         where = "step" if isinstance(method, AbstractSplittingScheme) else "layer"
