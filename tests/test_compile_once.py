@@ -13,6 +13,7 @@ values with an independent computation.
 - A composition scheme (`Yoshida4`, `Suzuki4`) traces the operators of one Strang step, not one
   per weight (docs/equations.md: a `lax.scan` over the weights).
 - `cluster_labels` / `cluster_count` compile once per `n` when called eagerly (`_diagnostics`).
+- Gaussian draws (models, random starts, Krylov start vectors) share a few sampler programs.
 """
 
 import functools
@@ -153,3 +154,37 @@ def test_cluster_labels_compile_once_per_n(monkeypatch, rng):
             counts.add(count)
     assert len(calls) == 2
     assert len(counts) > 1  # the states hold different numbers of clusters
+
+
+def test_gaussian_draws_of_many_shapes_share_one_sampler():
+    """`workbench._random.normal` is `scale * jax.random.normal` bit for bit (float32 and
+    float64, shapes of 1 to 5 000 numbers, a traced key too), and every shape up to 4 096
+    numbers is cut from one compiled draw of 4 096: JAX's `normal` of the flat draw is
+    compiled for two sizes (4 096, 8 192) here, not for nine shapes."""
+    from workbench._random import normal
+
+    shapes = [(1,), (3, 5), (8, 32, 8), (32, 32), (4, 32, 32), (7,), (65, 32), (100, 40), (5000,)]
+    key = jax.random.key(3)
+    jax.clear_caches()
+    with jax.enable_x64(True):
+        for dtype in (jnp.float32, jnp.float64):
+            for i, shape in enumerate(shapes):
+                k = jax.random.fold_in(key, i)
+                want = 0.5 * jax.random.normal(k, shape, dtype)
+                got = normal(k, shape, dtype, 0.5)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        traced = jax.jit(lambda k: normal(k, (3, 5), jnp.float64))(key)
+        np.testing.assert_array_equal(traced, jax.random.normal(key, (3, 5), jnp.float64))
+    sizes = []
+    original = jax.random.normal
+
+    def counting(k, shape=(), dtype=float):
+        sizes.append(tuple(shape))
+        return original(k, shape, dtype)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jax.random, "normal", counting)
+        for shape in shapes:
+            normal(key, shape, jnp.float32)
+    assert sorted(set(sizes)) == [(4096,), (8192,)]

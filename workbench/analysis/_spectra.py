@@ -14,6 +14,7 @@ import numpy as np
 
 from .._checks import is_int, positive_int
 from .._equation import Equation
+from .._random import normal
 
 
 def _flat(f: Callable, u):
@@ -111,7 +112,7 @@ def arnoldi_eigenvalues(
     n = x.size
     m = min(krylov_dim, n)
     key = jax.random.key(0) if key is None else key
-    v = np.asarray(jax.random.normal(key, (n,), x.dtype))
+    v = np.asarray(normal(key, (n,), x.dtype))
     basis = np.zeros((m + 1, n))
     hess = np.zeros((m + 1, m))
     basis[0] = v / np.linalg.norm(v)
@@ -157,7 +158,7 @@ def lipschitz_estimate(
         return _gram_apply(f, u, v)
 
     key = jax.random.key(0) if key is None else key
-    v = jax.random.normal(key, u.shape, u.dtype)
+    v = normal(key, u.shape, u.dtype)
     v = v / jnp.linalg.norm(v)
     sigma = 0.0
     for _ in range(num_iter):
@@ -207,7 +208,7 @@ def lyapunov_exponents(maps: Sequence[Callable], u0, *, num_exponents: int | Non
     if not (is_int(k, numpy_ints=False) and 1 <= k <= n):
         raise ValueError(f"num_exponents={num_exponents!r} must be an integer in [1, {n}].")
     key = jax.random.key(0) if key is None else key
-    q, _ = jnp.linalg.qr(jax.random.normal(key, (n, k), u.dtype))
+    q, _ = jnp.linalg.qr(normal(key, (n, k), u.dtype))
     total = np.zeros(k)
     orbit = [u]
     for phi in maps:

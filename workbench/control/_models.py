@@ -11,12 +11,12 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._checks import int_in_range, is_int
 from .._controls import AbstractControl, Interpolated, PiecewiseConstant
 from .._equation import Equation, Operator, PostNorm, PreNorm
+from .._random import normal
 from .._types import Tokens
 from ..architectures._model import Transformer
 from ..architectures._vision import ViT, ViTEmbeddings
@@ -46,20 +46,9 @@ def _check_int(name: str, value, low: int = 1) -> int:
 
 
 def _normal(key, shape, scale, dtype):
-    """`scale * jax.random.normal(key, shape, dtype)`, bit for bit, compiled for a few sizes only.
-
-    JAX's partitionable threefry (its default) draws element `i` from the key and `i` alone, so
-    the first `size` numbers of a draw of `m >= size` numbers are the draw of `shape`. Drawing
-    `m`, the next power of two, and cutting and scaling on the host lets models of many shapes
-    share a few compiled samplers: each new shape compiled one (0.2-0.3 s on a 2-core CPU, the
-    threefry rounds) and its scaling. Under a transformation (a traced key), or with the
-    non-partitionable threefry, it is the plain draw."""
-    size = math.prod(shape)
-    if isinstance(key, jax.core.Tracer) or not jax.config.jax_threefry_partitionable or size == 0:
-        return scale * jax.random.normal(key, shape, dtype)
-    draw = jax.random.normal(key, (1 << (size - 1).bit_length(),), dtype)
-    values = np.asarray(draw)[:size].reshape(shape)
-    return jnp.asarray(values * np.asarray(scale, values.dtype))
+    """`scale * jax.random.normal(key, shape, dtype)`, bit for bit (`workbench._random.normal`:
+    a few compiled samplers for every shape)."""
+    return normal(key, shape, dtype, scale)
 
 
 def random_transformer(

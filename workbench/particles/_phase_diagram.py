@@ -22,6 +22,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._checks import int_in_range
+from .._random import normal
 from .._sharding import CellMesh
 from .._types import Tokens
 from ._chunking import _default_chunk_size, chunked_map
@@ -54,7 +55,7 @@ def random_starts(key, num_starts: int, n: int, d: int, dtype=None) -> Float[Arr
     for name, value, low in (("num_starts", num_starts, 1), ("n", n, 2), ("d", d, 2)):
         int_in_range(name, value, low, owner="random_starts")
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64 if dtype is None else dtype)
-    x = jax.random.normal(key, (num_starts, n, d), dtype=dtype)
+    x = normal(key, (num_starts, n, d), dtype)
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
