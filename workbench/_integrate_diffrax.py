@@ -137,17 +137,18 @@ def _solve_pieces(
 def _fixed_steps_forward(
     equation, u0, solver, formulation, num_steps, mask, *, max_steps, restart, pieces, length
 ):
-    """A fixed-step solve with a run-time step count by an explicit solver, forward only: each
-    layer's steps as one
-    `lax.fori_loop` over the solver's own `init` and `step`, at the times `ConstantStepSize`
-    gives them (`t0 + (t1 - t0) · i / k`, the first at `t0 + dt0`, the last at `t1`), so the
-    arithmetic is `diffeqsolve`'s with `ConstantStepSize`. It replaces `diffeqsolve`'s
-    checkpointed while loop, which reverse mode needs and a forward solve does not, by a plain
-    loop: a program about half the size to compile, with no call back to Python (diffeqsolve
-    checks the sign of a traced time span with one), so JAX's persistent cache keeps it.
-    Returns `(u1, stats, codes, first_bad_piece, invalid)` like `_solve_pieces`, with the
-    first layer that ended non-finite (-1: none) and whether the step count is not a
-    multiple of the layer count."""
+    """A fixed-step solve with a run-time step count by an explicit solver, forward only.
+
+    Each layer's steps are one `lax.fori_loop` over the solver's own `init` and `step`, at the
+    times `ConstantStepSize` gives them (`t0 + (t1 - t0) · i / k`, the first at `t0 + dt0`, the
+    last at `t1`), so the arithmetic is `diffeqsolve`'s with `ConstantStepSize`, bit for bit.
+    It replaces `diffeqsolve`'s checkpointed while loop, which reverse mode needs and a forward
+    solve does not, by a plain loop: a program about half the size to compile, with no call
+    back to Python (diffeqsolve checks the sign of a traced time span with one), so JAX's
+    persistent cache keeps it. A step that reports a failure (explicit steps do not) freezes
+    the layer's state and records its result. Returns `(u1, stats, codes,
+    first_bad_piece, invalid)`: `_solve_pieces`'s three, the first layer that ended non-finite
+    (-1: none), and whether the step count is not a multiple of the layer count."""
     dtype = u0.dtype
     imex = _is_imex(solver)
     runner = formulation.solver(equation, solver)
