@@ -6,11 +6,13 @@ With several jobs the tour's own process stays light: it imports neither JAX nor
 The workers import what they run, a worker writes the combined report, and each worker leaves
 without the interpreter's teardown once the pool closes. On 2 cores that is about 2 s of
 imports and half a second of teardown that no longer come before the first study and after
-the last. `run_tour` with `jobs=1` runs everything in the calling process.
+the last. Each worker computes on its own share of the cores (`studies._workers`). `run_tour`
+with `jobs=1` runs everything in the calling process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -20,6 +22,8 @@ import time
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
+
+from ._workers import start_cpu_backend, thread_environment, threads_per_worker
 
 __all__ = ["run_tour"]
 
@@ -66,7 +70,10 @@ def run_tour(
     - `stream`: where to print one progress line per study; default `sys.stderr`.
     - `jobs`: studies run at once, each in its own process (`spawn`: a fresh interpreter, so no
       JAX state is shared). Smoke studies spend most of their time compiling, which XLA does on
-      one core, so two jobs on two cores finish the tour sooner. `1` runs them here, in order.
+      one core, so two jobs on two cores finish the tour sooner. Each worker runs its
+      computations on its share of the cores (one core each for two jobs on two cores: JAX's
+      CPU compute threads, OpenMP, OpenBLAS and MKL; `studies._workers`), so that the workers
+      do not take turns on the same cores. `1` runs them here, in order, on every core.
       The modules of `registry` must be importable by a fresh interpreter when `jobs > 1`.
       This process then imports neither JAX nor a study: the workers do (and one of them writes
       the combined report), so the first studies start as soon as the workers have imported
@@ -129,9 +136,13 @@ def run_tour(
         print(f"tour: {total} studies ({mode}), {jobs} at a time", file=stream, flush=True)
         context = multiprocessing.get_context("spawn")
         stop = context.Event()  # set on Ctrl-C: the studies not yet started are not started
-        with concurrent.futures.ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_tour_worker, initargs=(stop,)
-        ) as pool:
+        slots = context.Value("i", 0)  # numbers the workers: worker k takes the k-th cores
+        threads = threads_per_worker(jobs)
+        pool = concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_tour_worker, initargs=(stop, slots, threads)
+        )
+        # The workers start within the block (at the first submissions), in its environment.
+        with _environment(thread_environment(threads, os.environ)), pool:
             # A default folder's name comes from `workbench.io`: a worker, which imports it
             # anyway, makes it.
             out = (
@@ -190,12 +201,30 @@ _IN_WORKER = False
 """Whether this process is a tour's worker (started by `_tour_worker`)."""
 
 
-def _tour_worker(stop) -> None:
-    """A tour worker's start: keep the tour's stop event, and leave without the interpreter's
-    teardown at exit (`_leave_now`)."""
+def _tour_worker(stop, slots, threads: int) -> None:
+    """A tour worker's start: keep the tour's stop event, start JAX with this worker's share of
+    the cores (`threads` compute threads, `studies._workers`; the k-th worker to start takes
+    slot k), and leave without the interpreter's teardown at exit (`_leave_now`)."""
     global _TOUR_STOP, _IN_WORKER
     _TOUR_STOP, _IN_WORKER = stop, True
+    with slots.get_lock():
+        slot = slots.value
+        slots.value += 1
+    start_cpu_backend(threads, slot)
     _leave_now_at_exit()
+
+
+@contextlib.contextmanager
+def _environment(variables: Mapping[str, str]):
+    """`os.environ` with `variables` added while the block runs (the processes a pool starts
+    there inherit them), then as it was."""
+    added = [name for name in variables if name not in os.environ]
+    os.environ.update({name: variables[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def _leave_now_at_exit() -> None:

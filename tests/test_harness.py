@@ -865,6 +865,111 @@ def test_a_parallel_tour_leaves_jax_to_its_workers(tmp_path):
     assert json.loads((folder / "tri" / "results.json").read_text())["total"] == 78
 
 
+_THREADS_STUDY = """\"\"\"What does a tour's worker compute with?\"\"\"
+import dataclasses
+import os
+
+NAME = "threads"
+SUMMARY = "A worker's compute threads."
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    n: int = 96
+
+
+@dataclasses.dataclass(frozen=True)
+class Results:
+    config: Config
+    xla_threads: int
+    masks: list
+    environment: dict
+
+
+def smoke_config():
+    return Config()
+
+
+def compute(config):
+    import jax.numpy as jnp
+
+    (jnp.ones((config.n, config.n)) @ jnp.ones((config.n, config.n))).block_until_ready()
+    tasks = os.listdir("/proc/self/task")
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
+    masks = sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in tasks})
+    variables = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    return Results(config, sum("XLAEigen" in name for name in names), [list(m) for m in masks],
+                   {v: os.environ.get(v) for v in variables})
+
+
+def figures(results):
+    return {}
+
+
+def report(results):
+    return f"{results.xla_threads} compute threads"
+
+
+def verdict(results):
+    return "Yes"
+"""
+
+
+def _xla_compute_threads(code: str, env=None) -> int:
+    """The threads named `*XLAEigen*` (XLA's CPU compute pool) in a fresh interpreter after
+    `code` has run a matrix product."""
+    script = (
+        "import os\n" + code + "\nimport jax.numpy as jnp\n"
+        "(jnp.ones((96, 96)) @ jnp.ones((96, 96))).block_until_ready()\n"
+        "print(sum('XLAEigen' in open(f'/proc/self/task/{t}/comm').read()\n"
+        "          for t in os.listdir('/proc/self/task')))\n"
+    )
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(repo), **(env or {})}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or not hasattr(os, "sched_getaffinity"),
+                    reason="needs Linux: thread names in /proc and affinity masks")  # fmt: skip
+def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
+    """Each of a tour's workers computes on its share of the cores: JAX's CPU backend with
+    `cores // jobs` compute threads (at least one), which may still run on any core, and
+    OpenMP / OpenBLAS / MKL told the same number unless the user set it; the tour's own
+    process is left as it was, and a process started by itself keeps one thread per core."""
+    cores = sorted(os.sched_getaffinity(0))
+    alone = _xla_compute_threads("")
+    if alone == 0:
+        pytest.skip("this jaxlib names its CPU compute threads otherwise (no '*XLAEigen*')")
+    assert alone == len(cores)
+    from studies._workers import threads_per_worker
+
+    assert threads_per_worker(1) == len(cores)
+    assert threads_per_worker(2) == max(1, len(cores) // 2)
+    assert threads_per_worker(10 * len(cores)) == 1
+    assert _xla_compute_threads("from studies._workers import start_cpu_backend\n"
+                                "start_cpu_backend(1, 3)") == 1  # fmt: skip
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "_wb_threads_study.py").write_text(_THREADS_STUDY)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")  # the user's own choice stands
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    registry = {"threads": "_wb_threads_study"}
+    assert _tour.run_tour(tmp_path / "t", registry=registry, stream=io.StringIO(), jobs=2) == 0
+    share = max(1, len(cores) // 2)
+    results = json.loads((tmp_path / "t" / "threads" / "results.json").read_text())
+    assert results["xla_threads"] == share
+    assert results["masks"] == [cores]  # every thread may run anywhere
+    assert results["environment"] == {
+        "OMP_NUM_THREADS": str(share), "OPENBLAS_NUM_THREADS": "3", "MKL_NUM_THREADS": str(share)
+    }  # fmt: skip
+    assert "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
+
+
 def test_tour_runs_the_tour_names_unless_all(tmp_path, fake_registry, monkeypatch):
     monkeypatch.setattr(studies, "TOUR", ("squares",))
     assert cli.main(["tour", "--out", str(tmp_path / "t"), "--jobs", "1"]) == 0
