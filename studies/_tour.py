@@ -23,7 +23,12 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from ._workers import start_cpu_backend, thread_environment, threads_per_worker
+from ._workers import (
+    collect_garbage_less_often,
+    start_cpu_backend,
+    thread_environment,
+    threads_per_worker,
+)
 
 __all__ = ["run_tour"]
 
@@ -204,13 +209,15 @@ _IN_WORKER = False
 def _tour_worker(stop, slots, threads: int) -> None:
     """A tour worker's start: keep the tour's stop event, start JAX with this worker's share of
     the cores (`threads` compute threads, `studies._workers`; the k-th worker to start takes
-    slot k), and leave without the interpreter's teardown at exit (`_leave_now`)."""
+    slot k), collect garbage less often, and leave without the interpreter's teardown at exit
+    (`_leave_now`)."""
     global _TOUR_STOP, _IN_WORKER
     _TOUR_STOP, _IN_WORKER = stop, True
     with slots.get_lock():
         slot = slots.value
         slots.value += 1
     start_cpu_backend(threads, slot)
+    collect_garbage_less_often()
     _leave_now_at_exit()
 
 

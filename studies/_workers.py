@@ -1,4 +1,5 @@
-"""Worker processes that share the machine's cores: a tour's studies (`studies._tour`).
+"""Worker processes that share the machine's cores (a tour's studies, `studies._tour`), and
+the garbage collector of the processes that run studies.
 
 Left alone, every worker sizes its thread pools to the whole machine: JAX's CPU backend starts
 one compute thread per core it may run on, and NumPy's OpenBLAS and PyTorch's OpenMP do the
@@ -21,14 +22,27 @@ joblib's workers do:
 
 None of this touches a process that is not a worker: `workbench run`, a tour with one job and
 a user's own session keep every core for one computation.
+
+`collect_garbage_less_often` is for the command's processes, workers or not: tracing a JAX
+program makes many short-lived containers, and with Python's default thresholds the collector
+ran a full collection (over every object of jax, torch, matplotlib, ... loaded) every few
+programs. The nine tour studies run one after another in one process (2-core AMD EPYC,
+2026-12-07) spent 4.1 s collecting with the defaults (2 909 collections) and 1.1 s with a
+first-generation threshold of 10 000 (181 collections).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping
 
-__all__ = ["start_cpu_backend", "thread_environment", "threads_per_worker"]
+__all__ = [
+    "collect_garbage_less_often",
+    "start_cpu_backend",
+    "thread_environment",
+    "threads_per_worker",
+]
 
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -85,3 +99,11 @@ def _every_thread_on(cores: list[int]) -> None:
             os.sched_setaffinity(tid, cores)
         except OSError:  # the thread has ended
             pass
+
+
+def collect_garbage_less_often() -> None:
+    """Let Python's cyclic garbage collector start a collection after 10 000 new container
+    objects instead of 700 (the older generations' thresholds unchanged): a process that traces
+    many JAX programs then collects about a sixteenth as often, and rarely scans its whole heap.
+    Garbage in cycles waits a little longer; nothing else changes."""
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])

@@ -70,10 +70,14 @@ def entry() -> None:
     leaves the process at once (`os._exit`, after flushing the output): XLA's threads may still
     be running the interrupted computation, and tearing the interpreter down under them can
     crash it (a segmentation fault instead of the exit code 130). A closed output pipe (`| head`)
-    ends it quietly, exit code 1, as other command-line tools do."""
+    ends it quietly, exit code 1, as other command-line tools do. The command's process
+    collects garbage less often (`studies._workers.collect_garbage_less_often`)."""
     import os
 
+    from ._workers import collect_garbage_less_often
+
     os.environ.update(compilation_cache_environment(os.environ))
+    collect_garbage_less_often()
     try:
         code = main()
     except BrokenPipeError:  # the reader went away (`workbench list | head -1`): stop quietly

@@ -884,6 +884,7 @@ class Results:
     xla_threads: int
     masks: list
     environment: dict
+    gc_threshold: int
 
 
 def smoke_config():
@@ -891,6 +892,8 @@ def smoke_config():
 
 
 def compute(config):
+    import gc
+
     import jax.numpy as jnp
 
     (jnp.ones((config.n, config.n)) @ jnp.ones((config.n, config.n))).block_until_ready()
@@ -899,7 +902,7 @@ def compute(config):
     masks = sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in tasks})
     variables = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
     return Results(config, sum("XLAEigen" in name for name in names), [list(m) for m in masks],
-                   {v: os.environ.get(v) for v in variables})
+                   {v: os.environ.get(v) for v in variables}, gc.get_threshold()[0])
 
 
 def figures(results):
@@ -938,7 +941,8 @@ def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
     """Each of a tour's workers computes on its share of the cores: JAX's CPU backend with
     `cores // jobs` compute threads (at least one), which may still run on any core, and
     OpenMP / OpenBLAS / MKL told the same number unless the user set it; the tour's own
-    process is left as it was, and a process started by itself keeps one thread per core."""
+    process is left as it was, and a process started by itself keeps one thread per core.
+    A worker collects garbage after 10 000 new objects, not Python's 700."""
     cores = sorted(os.sched_getaffinity(0))
     alone = _xla_compute_threads("")
     if alone == 0:
@@ -966,6 +970,7 @@ def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
     assert results["environment"] == {
         "OMP_NUM_THREADS": str(share), "OPENBLAS_NUM_THREADS": "3", "MKL_NUM_THREADS": str(share)
     }  # fmt: skip
+    assert results["gc_threshold"] == 10_000
     assert "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ
     assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
 
