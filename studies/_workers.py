@@ -69,14 +69,18 @@ def start_cpu_backend(threads: int, slot: int) -> None:
     cores `[slot · threads, (slot + 1) · threads)` (modulo the usable ones) while it starts,
     then every core again for every thread of the process. Call it before anything else
     starts JAX's backends; later it changes nothing (the pool is made once). Where the affinity
-    mask cannot be set (not Linux) it does nothing. A backend that fails to start is left to
-    fail again, with its own message, where it is first used."""
+    mask cannot be set (not Linux, or refused) it does nothing: the backend then starts as it
+    would have, on first use. A backend that fails to start is left to fail again, with its own
+    message, where it is first used."""
     if not (hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity")):
         return
     cores = _usable_cores()
     first = (slot * threads) % len(cores)
     mine = (cores + cores)[first : first + min(threads, len(cores))]
-    os.sched_setaffinity(0, mine)
+    try:
+        os.sched_setaffinity(0, mine)
+    except OSError:
+        return
     try:
         import jax
 

@@ -975,6 +975,28 @@ def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
     assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
 
 
+def test_a_worker_whose_affinity_cannot_be_set_starts_jax_as_usual(monkeypatch):
+    """`start_cpu_backend` where the system refuses the affinity mask: no error, nothing
+    changed, JAX not started by it (the worker's first computation starts it as usual)."""
+    from studies import _workers
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs os.sched_setaffinity (Linux)")
+    calls = []
+
+    def refuse(pid, cores):
+        calls.append((pid, list(cores)))
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    started = []
+    monkeypatch.setattr("jax.devices", lambda *a, **k: started.append(a))
+    assert _workers.start_cpu_backend(1, 1) is None
+    cores = sorted(os.sched_getaffinity(0))
+    assert calls == [(0, [cores[1 % len(cores)]])]  # slot 1's core, asked for once
+    assert started == []
+
+
 def test_tour_runs_the_tour_names_unless_all(tmp_path, fake_registry, monkeypatch):
     monkeypatch.setattr(studies, "TOUR", ("squares",))
     assert cli.main(["tour", "--out", str(tmp_path / "t"), "--jobs", "1"]) == 0
