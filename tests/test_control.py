@@ -107,22 +107,23 @@ def test_patch_embedding_is_a_convolution(getkey):
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32, jnp.bfloat16])
 def test_random_controls_are_jaxs_plain_draws_bit_for_bit(dtype):
     """`random_transformer` and the embeddings draw `scale * jax.random.normal(key, shape)`
-    through a draw of a power-of-two size cut on the host (`_models._normal`): the same bits,
-    eagerly and under `jit`/`vmap`, and one compiled sampler for shapes of one size class."""
-    from workbench.control._models import _normal
+    through a draw of a power-of-two size, at least 4 096, cut on the host
+    (`workbench._random.normal`): the same bits, eagerly and under `jit`/`vmap`, and one
+    compiled sampler for shapes of one size class."""
+    from workbench._random import normal
 
     key = jax.random.key(11)
     plain = lambda k, shape, scale: scale * jax.random.normal(k, shape, dtype)
     bits = lambda x: (x.dtype, x.shape, np.asarray(x).tobytes())
     for shape, scale in [((2, 16, 16), 0.25), ((3, 5, 7), 3**-0.5), ((65, 32), 0.02), ((1,), 1.0)]:
-        assert bits(_normal(key, shape, scale, dtype)) == bits(plain(key, shape, scale))
-    traced = jax.jit(lambda k: _normal(k, (3, 4), 0.5, dtype))(key)
+        assert bits(normal(key, shape, dtype, scale)) == bits(plain(key, shape, scale))
+    traced = jax.jit(lambda k: normal(k, (3, 4), dtype, 0.5))(key)
     assert bits(traced) == bits(plain(key, (3, 4), 0.5))
     keys = jax.random.split(key, 3)
-    mapped = jax.vmap(lambda k: _normal(k, (2, 3), 0.5, dtype))(keys)
+    mapped = jax.vmap(lambda k: normal(k, (2, 3), dtype, 0.5))(keys)
     assert bits(mapped) == bits(jax.vmap(lambda k: plain(k, (2, 3), 0.5))(keys))
-    # Shapes of 65..128 numbers share the one sampler of 128: it is not compiled again.
-    _normal(key, (5, 13), 1.0, dtype)
+    # Shapes of up to 4 096 numbers share the one sampler of 4 096: it is not compiled again.
+    normal(key, (5, 13), dtype)
     compiled = []
     handler = logging.Handler()
     handler.emit = lambda record: compiled.append(record.getMessage())
@@ -131,7 +132,7 @@ def test_random_controls_are_jaxs_plain_draws_bit_for_bit(dtype):
     try:
         with jax.log_compiles():
             for shape in [(6, 12), (2, 40), (100,), (4, 4, 8)]:
-                _normal(key, shape, 0.1, dtype).block_until_ready()
+                normal(key, shape, dtype, 0.1).block_until_ready()
     finally:
         logger.removeHandler(handler)
     samplers = [m for m in compiled if m.startswith("Finished XLA compilation of jit(_normal)")]

@@ -45,12 +45,6 @@ def _check_int(name: str, value, low: int = 1) -> int:
     return int_in_range(name, value, low)
 
 
-def _normal(key, shape, scale, dtype):
-    """`scale * jax.random.normal(key, shape, dtype)`, bit for bit (`workbench._random.normal`:
-    a few compiled samplers for every shape)."""
-    return normal(key, shape, dtype, scale)
-
-
 def random_transformer(
     key: PRNGKeyArray,
     *,
@@ -91,10 +85,10 @@ def random_transformer(
     kq, kk, kv, ko, k1, k2 = jax.random.split(key, 6)
     zeros = lambda *shape: jnp.zeros((L, *shape), dtype)
     attention = MultiHeadAttention(
-        _normal(kq, (L, d, d), 1 / math.sqrt(d), dtype),
-        _normal(kk, (L, d, d), 1 / math.sqrt(d), dtype),
-        _normal(kv, (L, d, d), 1 / math.sqrt(d), dtype),
-        _normal(ko, (L, d, d), output_scale / math.sqrt(d), dtype),
+        normal(kq, (L, d, d), dtype, 1 / math.sqrt(d)),
+        normal(kk, (L, d, d), dtype, 1 / math.sqrt(d)),
+        normal(kv, (L, d, d), dtype, 1 / math.sqrt(d)),
+        normal(ko, (L, d, d), dtype, output_scale / math.sqrt(d)),
         zeros(d),
         zeros(d),
         zeros(d),
@@ -103,9 +97,9 @@ def random_transformer(
         causal=causal,
     )
     feedforward = FeedForward(
-        _normal(k1, (L, d, hidden), 1 / math.sqrt(d), dtype),
+        normal(k1, (L, d, hidden), dtype, 1 / math.sqrt(d)),
         zeros(hidden),
-        _normal(k2, (L, hidden, d), output_scale / math.sqrt(hidden), dtype),
+        normal(k2, (L, hidden, d), dtype, output_scale / math.sqrt(hidden)),
         zeros(d),
         activation=activation,
     )
@@ -159,10 +153,10 @@ def random_vit(
     grid = (image[0] // patch[0]) * (image[1] // patch[1])
     k1, k2, k3 = jax.random.split(key, 3)
     embeddings = ViTEmbeddings(
-        _normal(k1, (d, c, *patch), 1 / math.sqrt(c * patch[0] * patch[1]), dtype),
+        normal(k1, (d, c, *patch), dtype, 1 / math.sqrt(c * patch[0] * patch[1])),
         jnp.zeros(d, dtype),
         jnp.zeros(d, dtype),
-        _normal(k2, (1 + grid, d), 0.02, dtype),
+        normal(k2, (1 + grid, d), dtype, 0.02),
         image,
     )
     transformer = random_transformer(
@@ -236,12 +230,12 @@ class PatchEmbedding(eqx.Module):
             )
         fan_in = c * self.kernel_size**2
         k1, k2 = jax.random.split(key)
-        self.kernel = _normal(
-            k1, (c, self.kernel_size, self.kernel_size, d), 1 / math.sqrt(fan_in), dtype
+        self.kernel = normal(
+            k1, (c, self.kernel_size, self.kernel_size, d), dtype, 1 / math.sqrt(fan_in)
         )
         self.bias = jnp.zeros(d, dtype)
         self.cls = jnp.zeros(d, dtype)
-        self.position = _normal(k2, (1 + grid[0] * grid[1], d), 0.02, dtype)
+        self.position = normal(k2, (1 + grid[0] * grid[1], d), dtype, 0.02)
 
     @property
     def num_tokens(self) -> int:
@@ -273,8 +267,8 @@ class TokenEmbedding(eqx.Module):
 
     def __init__(self, vocab: int, positions: int, d: int, *, key: PRNGKeyArray, dtype=jnp.float32):
         k1, k2 = jax.random.split(key)
-        self.word = _normal(k1, (_check_int("vocab", vocab), d), 0.5, dtype)
-        self.position = _normal(k2, (_check_int("positions", positions), d), 0.5, dtype)
+        self.word = normal(k1, (_check_int("vocab", vocab), d), dtype, 0.5)
+        self.position = normal(k2, (_check_int("positions", positions), d), dtype, 0.5)
 
     def __call__(self, ids: Int[Array, " n"]) -> Tokens:
         n = jnp.shape(ids)[0]
