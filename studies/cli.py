@@ -69,9 +69,11 @@ def entry() -> None:
     """The `workbench` console command: `main()`, then exit with its code. An interrupted run
     leaves the process at once (`os._exit`, after flushing the output): XLA's threads may still
     be running the interrupted computation, and tearing the interpreter down under them can
-    crash it (a segmentation fault instead of the exit code 130). A closed output pipe (`| head`)
-    ends it quietly, exit code 1, as other command-line tools do. The command's process
-    collects garbage less often (`studies._workers.collect_garbage_less_often`)."""
+    crash it (a segmentation fault instead of the exit code 130); what it left in reference
+    cycles is collected first, so that an interrupted tour's semaphores are unlinked. A closed
+    output pipe (`| head`) ends it quietly, exit code 1, as other command-line tools do. The
+    command's process collects garbage less often (`studies._workers.collect_garbage_less_often`)."""
+    import gc
     import os
 
     from ._workers import collect_garbage_less_often
@@ -85,6 +87,11 @@ def entry() -> None:
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit's flush does not fail again
         raise SystemExit(1) from None
     if code == _EXIT_INTERRUPTED:
+        # `os._exit` runs no finalizer: free what the interrupted command left in reference
+        # cycles first. After Ctrl-C of a tour, a traceback in such a cycle keeps the tour's
+        # frame, and with it the pool's stop event and slot counter: named semaphores that
+        # Python's resource tracker would otherwise report as "leaked" at exit.
+        gc.collect()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
