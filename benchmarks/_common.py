@@ -96,15 +96,26 @@ def _cpu_ticks() -> tuple[float, float] | None:
     return (total - idle) / hz, total / hz
 
 
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    try:
+        import resource
+    except ImportError:  # not on this platform: this process alone
+        return time.process_time()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 class OtherLoad:
     """CPU used by *other* processes while a block runs, as a fraction of all CPUs.
 
-    Machine-wide busy time from /proc/stat minus this process's own CPU time. The benchmarks
-    record it: on a shared machine a value well above 0 means the timings are contended.
+    Machine-wide busy time from /proc/stat minus the CPU time of this process and of the
+    children it waited for (a benchmark's subprocesses are its own load). The benchmarks record
+    it: on a shared machine a value well above 0 means the timings are contended.
     """
 
     def __enter__(self) -> "OtherLoad":
-        self._start = (_cpu_ticks(), time.process_time(), time.perf_counter())
+        self._start = (_cpu_ticks(), _own_cpu_s(), time.perf_counter())
         self.fraction = None
         return self
 
@@ -115,7 +126,7 @@ class OtherLoad:
             return
         busy = ticks1[0] - ticks0[0]
         total = ticks1[1] - ticks0[1]
-        own = time.process_time() - own0
+        own = _own_cpu_s() - own0
         if total > 0:
             self.fraction = max(0.0, min(1.0, (busy - own) / total))
 

@@ -1,0 +1,212 @@
+"""Where a first tour's time goes: `workbench tour` (its studies two at a time, each worker on
+its own core) next to the same studies one after another (`workbench tour --jobs 1`, every
+core for each study), both from an empty compilation cache, and each study's CPU seconds and
+XLA compile seconds as a tour worker spends them.
+
+A first tour is CPU-bound: its workers keep every core busy, so its wall time cannot be below
+its CPU seconds / cores (`floor_s`); `packing` = floor / wall says how close the pool comes
+(1: no core ever idle). The per-study part runs each study of the tour at smoke size in this
+process, as a tour worker does (one XLA compute thread for two cores, the compiled programs
+freed after each study, the same persistent cache settings, an empty cache), and reads JAX's
+compile events (`jax.monitoring`): the seconds spent tracing, lowering and compiling, the
+number of programs compiled, and the rest of the study's CPU (running the programs, Python,
+figures). The verdict line compares the tour's wall time with the 60 s goal.
+
+Run: `python benchmarks/tour_cost.py [--smoke] [--out PATH]`; writes
+`benchmarks/results/tour_cost.json` (`--smoke`: two small studies only, which
+decide nothing about the goal, `tour_cost_smoke.json`). About 4 minutes on 2 cores.
+"""
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from _common import RESULTS, OtherLoad, cpu_count, environment, table, write_json
+
+GOAL_S = 60.0
+"""The tour's wall-time goal on 2 cores (a first tour, from an empty compilation cache)."""
+
+_EVENTS = {
+    "/jax/core/compile/backend_compile_duration": "compile_s",
+    "/jax/core/compile/jaxpr_trace_duration": "trace_s",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    names: tuple[str, ...] | None = None
+    """The studies (default: `studies.TOUR`)."""
+    is_smoke: bool = False
+
+    @classmethod
+    def smoke(cls) -> "Config":
+        return cls(names=("metastability", "phase-diagram"), is_smoke=True)
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _own_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _tour(names, jobs: int | None, folder: str) -> dict:
+    """`workbench tour` over `names` in a fresh process with an empty compilation cache: its
+    own wall time (`tour.json`), the process's wall time, and the CPU of it and its workers."""
+    code = (
+        "import sys, studies\n"
+        f"studies.TOUR = {tuple(names)!r}\n"
+        "from studies.cli import entry\n"
+        "sys.argv = ['workbench', *sys.argv[1:]]\n"
+        "entry()\n"
+    )
+    argv = [sys.executable, "-c", code, "tour", "--out", os.path.join(folder, "tour")]
+    if jobs is not None:
+        argv += ["--jobs", str(jobs)]
+    env = {**os.environ, "WORKBENCH_JAX_CACHE": os.path.join(folder, "cache")}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    cpu0, t0 = _children_cpu(), time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
+    if proc.returncode != 0:
+        raise RuntimeError(f"workbench tour {argv[4:]} failed ({proc.returncode}):\n{proc.stderr}")
+    record = json.loads(open(os.path.join(folder, "tour", "tour.json"), encoding="utf-8").read())
+    studies = {name: s["wall_time_s"] for name, s in record["studies"].items()}
+    return {"jobs": jobs, "tour_s": record["wall_time_s"], "process_wall_s": wall, "cpu_s": cpu,
+            "study_wall_s": studies}  # fmt: skip
+
+
+def _per_study(names, folder: str) -> list[dict]:
+    """Each study at smoke size in this process, as a tour worker runs it."""
+    from studies.cli import compilation_cache_environment
+
+    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+    os.environ.update(compilation_cache_environment({"WORKBENCH_JAX_CACHE": folder + "/cache"}))
+    from studies._workers import collect_garbage_less_often, start_cpu_backend, threads_per_worker
+
+    collect_garbage_less_often()
+    start_cpu_backend(threads_per_worker(2), 0)  # a worker of a 2-job tour: its share of cores
+    import jax
+    from jax import monitoring
+
+    from studies import cli
+
+    seconds, counts = collections.defaultdict(float), collections.Counter()
+
+    def listen(event, duration, **kwargs):
+        if event in _EVENTS:
+            seconds[_EVENTS[event]] += duration
+            counts[_EVENTS[event]] += 1
+
+    monitoring.register_event_duration_secs_listener(listen)
+    rows = []
+    for name in names:
+        before, n_before = dict(seconds), counts["compile_s"]
+        cpu0, t0 = _own_cpu(), time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            code = cli.main(["run", name, "--smoke", "--out", os.path.join(folder, name)])
+        wall, cpu = time.perf_counter() - t0, _own_cpu() - cpu0
+        if code != 0:
+            raise RuntimeError(f"workbench run {name} --smoke failed (exit code {code})")
+        jax.clear_caches()  # as a tour worker does after each study
+        row = {
+            "study": name,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "programs": counts["compile_s"] - n_before,
+        }
+        row.update({k: seconds[k] - before.get(k, 0.0) for k in _EVENTS.values()})
+        row["other_cpu_s"] = cpu - row["compile_s"] - row["trace_s"] - row["lower_s"]
+        rows.append(row)
+        print(f"{name:22s} CPU {cpu:5.1f} s: compile {row['compile_s']:5.1f} s "
+              f"({row['programs']} programs), trace + lower {row['trace_s'] + row['lower_s']:4.1f} s",
+              flush=True)  # fmt: skip
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    cfg = Config.smoke() if args.smoke else Config()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import studies
+
+    names = tuple(cfg.names or studies.TOUR)
+    cores = cpu_count()
+    with tempfile.TemporaryDirectory() as tmp, OtherLoad() as load:
+        pool = _tour(names, None, os.path.join(tmp, "pool"))
+        print(f"workbench tour: {pool['tour_s']:.1f} s, {pool['cpu_s']:.1f} s of CPU", flush=True)
+        one = _tour(names, 1, os.path.join(tmp, "one"))
+        print(f"workbench tour --jobs 1: {one['tour_s']:.1f} s, {one['cpu_s']:.1f} s of CPU",
+              flush=True)  # fmt: skip
+        rows = _per_study(names, os.path.join(tmp, "each"))
+    floor = pool["cpu_s"] / cores
+    total = {k: sum(r[k] for r in rows) for k in ("cpu_s", "compile_s", "trace_s", "lower_s",
+                                                  "other_cpu_s", "programs")}  # fmt: skip
+    largest = max(rows, key=lambda r: r["cpu_s"])
+    summary = {
+        "cores": cores,
+        "tour_s": pool["tour_s"],
+        "tour_cpu_s": pool["cpu_s"],
+        "floor_s": floor,
+        "packing": floor / pool["tour_s"],
+        "one_at_a_time_s": one["tour_s"],
+        "pool_speedup": one["tour_s"] / pool["tour_s"],
+        "studies_cpu_s": total["cpu_s"],
+        "compile_fraction": total["compile_s"] / total["cpu_s"],
+        "trace_lower_fraction": (total["trace_s"] + total["lower_s"]) / total["cpu_s"],
+        "largest_study": largest["study"],
+        "largest_study_fraction": largest["cpu_s"] / total["cpu_s"],
+        "goal_s": GOAL_S,
+        # The goal is the whole tour's: a subset of its studies (--smoke) decides nothing.
+        "goal_met": pool["tour_s"] <= GOAL_S if names == tuple(studies.TOUR) else None,
+    }
+    result = {
+        "benchmark": "tour_cost",
+        "config": dataclasses.asdict(cfg),
+        "environment": environment(),
+        "tour": pool,
+        "tour_jobs_1": one,
+        "studies": rows,
+        "totals": total,
+        "summary": summary,
+        "other_load_fraction": load.fraction,
+    }
+    print(table([[r["study"], f"{r['cpu_s']:.1f}", f"{r['compile_s']:.1f}", r["programs"],
+                  f"{r['trace_s'] + r['lower_s']:.1f}", f"{r['other_cpu_s']:.1f}"] for r in rows],
+                ["study", "CPU s", "compile s", "programs", "trace+lower s", "other s"]))  # fmt: skip
+    print(
+        f"tour {pool['tour_s']:.1f} s ({pool['cpu_s']:.1f} s of CPU on {cores} cores: floor "
+        f"{floor:.1f} s, packing {summary['packing']:.2f}); one study at a time "
+        f"{one['tour_s']:.1f} s ({summary['pool_speedup']:.2f}x the tour's time). Studies: "
+        f"{total['cpu_s']:.1f} s of CPU, {100 * summary['compile_fraction']:.0f} % XLA compile "
+        f"({total['programs']} programs), {100 * summary['trace_lower_fraction']:.0f} % trace + "
+        f"lower; {largest['study']} {100 * summary['largest_study_fraction']:.0f} %."
+    )
+    if summary["goal_met"] is not None:
+        verdict = "met" if summary["goal_met"] else "not met"
+        print(f"goal: the tour in <= {GOAL_S:.0f} s: {verdict} ({pool['tour_s']:.1f} s)")
+    name = "tour_cost_smoke.json" if cfg.is_smoke else "tour_cost.json"
+    out = args.out or os.path.join(RESULTS, name)
+    write_json(out, result)
+    print("wrote", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
