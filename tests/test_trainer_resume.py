@@ -444,3 +444,38 @@ def test_analysis_only_fields_leave_the_study_fingerprint_unchanged(study):
     assert wbc._checkpoint.differences(base, faster) == [
         f"learning_rate: {config.learning_rate!r} -> {2 * config.learning_rate!r}"
     ]
+
+
+class _SignalAt(wbc.AbstractCallback):
+    """Sends `signum` to this process after step `step` (the loop sees it at the next step)."""
+
+    def __init__(self, signum, step):
+        self.signum, self.step = signum, step
+
+    def on_step(self, run):
+        if run.done == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_sigint_stops_a_run_unless_the_process_ignores_it(tmp_path, ignored):
+    """SIGINT after step 2 stops the run after step 3 with a checkpoint there (Ctrl-C), unless
+    the process ignores SIGINT (a shell script's background job): then the run trains on to
+    its last step, and SIGINT is still ignored afterwards."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
+    try:
+        if ignored:
+            result = _train(tmp_path, callbacks=[_SignalAt(signal.SIGINT, 2)])
+            assert [row["step"] for row in result.history] == list(range(1, STEPS + 1))
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        else:
+            with pytest.raises(KeyboardInterrupt, match="SIGINT after step 3"):
+                _train(tmp_path, callbacks=[_SignalAt(signal.SIGINT, 2)])
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            steps = [json.loads(p.read_text())["step"] for p in (tmp_path / "checkpoints").rglob("*.json")
+                     if p.name != "fingerprint.json"]  # fmt: skip
+            assert max(steps) == 3, steps
+    finally:
+        signal.signal(signal.SIGINT, before)

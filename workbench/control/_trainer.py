@@ -299,7 +299,10 @@ def evaluate(model, data: Dataset, *, batch_size: int = 512) -> float:
 
 
 class _StopRequest:
-    """SIGINT/SIGTERM set a flag; the loop checkpoints and stops at the next step boundary."""
+    """SIGINT/SIGTERM set a flag; the loop checkpoints and stops at the next step boundary. A
+    signal the process ignores stays ignored, as Python leaves an ignored SIGINT (a shell
+    script's background job has SIGINT ignored, so that Ctrl-C of the script's foreground
+    command does not stop it)."""
 
     def __init__(self):
         self.signal = None
@@ -312,6 +315,7 @@ class _StopRequest:
             yield self
             return
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: h for s, h in previous.items() if h is not signal.SIG_IGN}
 
         def handler(signum, frame):
             del frame
@@ -358,6 +362,7 @@ def train(
     with `TrainingDiverged` naming the step and where it is not finite (or is skipped:
     `TrainStep.max_skipped`; with `throw=False` the result says `diverged` instead); SIGINT and
     SIGTERM stop it after the step's callbacks (a checkpoint is written): `KeyboardInterrupt`.
+    A signal the process ignores (SIGINT in a shell script's background job) stays ignored.
 
     Callbacks (`AbstractCallback`) run in order: `standard_callbacks(run_dir, eval_data=,
     eval_every=, checkpoint_every=, fingerprint=, progress=)` — checkpoints and exact resume in
