@@ -88,9 +88,10 @@ def entry() -> None:
         raise SystemExit(1) from None
     if code == _EXIT_INTERRUPTED:
         # `os._exit` runs no finalizer: free what the interrupted command left in reference
-        # cycles first. After Ctrl-C of a tour, a traceback in such a cycle keeps the tour's
-        # frame, and with it the pool's stop event and slot counter: named semaphores that
-        # Python's resource tracker would otherwise report as "leaked" at exit.
+        # cycles first. When a tour's interrupt comes back from a worker (a study's
+        # `KeyboardInterrupt` raised again from its future), the traceback keeps the tour's
+        # frame in such a cycle, and with it the pool's stop event and slot counter: named
+        # semaphores that Python's resource tracker would otherwise report as "leaked".
         gc.collect()
         sys.stdout.flush()
         sys.stderr.flush()

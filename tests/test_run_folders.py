@@ -525,8 +525,8 @@ def test_ctrl_c_of_a_parallel_tour_starts_no_further_study(tmp_path):
     """`workbench tour` with 2 jobs and 4 studies of 60 s each: Ctrl-C (SIGINT to the process
     group, as a terminal sends it) while the first two run ends the tour within seconds, exit
     130; the two running studies' folders are marked interrupted and the two queued ones are
-    never started (no folder). The command (`entry`, which leaves through `os._exit`) frees the
-    pool's named semaphores first: Python's resource tracker warns of none leaked."""
+    never started (no folder). It runs the command's own exit path (`entry`, which leaves
+    through `os._exit`), and Python's resource tracker reports no leaked semaphore."""
     source = tmp_path / "src"
     source.mkdir()
     names = {f"slow{k}": f"_wb_tour_slow_{k}" for k in range(4)}
