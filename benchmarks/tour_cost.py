@@ -24,6 +24,7 @@ import dataclasses
 import io
 import json
 import os
+import pathlib
 import resource
 import subprocess
 import sys
@@ -33,7 +34,8 @@ import time
 from _common import RESULTS, OtherLoad, cpu_count, environment, table, write_json
 
 GOAL_S = 60.0
-"""The tour's wall-time goal on 2 cores (a first tour, from an empty compilation cache)."""
+"""The tour's wall-time goal on 2 cores (a first tour, from an empty compilation cache); judged
+only for the whole tour on a 2-core machine."""
 
 _EVENTS = {
     "/jax/core/compile/backend_compile_duration": "compile_s",
@@ -70,7 +72,6 @@ def _tour(names, jobs: int | None, folder: str) -> dict:
         "import sys, studies\n"
         f"studies.TOUR = {tuple(names)!r}\n"
         "from studies.cli import entry\n"
-        "sys.argv = ['workbench', *sys.argv[1:]]\n"
         "entry()\n"
     )
     argv = [sys.executable, "-c", code, "tour", "--out", os.path.join(folder, "tour")]
@@ -83,7 +84,7 @@ def _tour(names, jobs: int | None, folder: str) -> dict:
     wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
     if proc.returncode != 0:
         raise RuntimeError(f"workbench tour {argv[4:]} failed ({proc.returncode}):\n{proc.stderr}")
-    record = json.loads(open(os.path.join(folder, "tour", "tour.json"), encoding="utf-8").read())
+    record = json.loads(pathlib.Path(folder, "tour", "tour.json").read_text(encoding="utf-8"))
     studies = {name: s["wall_time_s"] for name, s in record["studies"].items()}
     return {"jobs": jobs, "tour_s": record["wall_time_s"], "process_wall_s": wall, "cpu_s": cpu,
             "study_wall_s": studies}  # fmt: skip
@@ -148,7 +149,6 @@ def main(argv=None) -> int:
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     cfg = Config.smoke() if args.smoke else Config()
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import studies
 
     names = tuple(cfg.names or studies.TOUR)
@@ -179,8 +179,11 @@ def main(argv=None) -> int:
         "largest_study": largest["study"],
         "largest_study_fraction": largest["cpu_s"] / total["cpu_s"],
         "goal_s": GOAL_S,
-        # The goal is the whole tour's: a subset of its studies (--smoke) decides nothing.
-        "goal_met": pool["tour_s"] <= GOAL_S if names == tuple(studies.TOUR) else None,
+        # The goal is the whole tour's on 2 cores: a subset of its studies (--smoke), or
+        # another machine, decides nothing.
+        "goal_met": (
+            pool["tour_s"] <= GOAL_S if names == tuple(studies.TOUR) and cores == 2 else None
+        ),
     }
     result = {
         "benchmark": "tour_cost",
