@@ -1,7 +1,8 @@
 """Where a first tour's time goes: `workbench tour` (its studies two at a time, each worker on
-its own core) next to the same studies one after another (`workbench tour --jobs 1`, every
-core for each study), both from an empty compilation cache, and each study's CPU seconds and
-XLA compile seconds as a tour worker spends them.
+its own core) next to what a user without the tour would run, `workbench run <study> --smoke`
+for each study one after another (written here, every core for each study, one compilation
+cache shared by the runs), both from an empty cache, and each study's CPU seconds and XLA
+compile seconds as a tour worker spends them.
 
 A first tour is CPU-bound: its workers keep every core busy, so its wall time cannot be below
 its CPU seconds / cores (`floor_s`); `packing` = floor / wall says how close the pool comes
@@ -10,11 +11,12 @@ process, as a tour worker does (one XLA compute thread for two cores, the compil
 freed after each study, the same persistent cache settings, an empty cache), and reads JAX's
 compile events (`jax.monitoring`): the seconds spent tracing, lowering and compiling, the
 number of programs compiled (or read back from the persistent cache: JAX's compile event
-covers both), and the rest of the study's CPU (running the programs, Python, figures). The verdict line compares the tour's wall time with the 60 s goal.
+covers both), and the rest of the study's CPU (running the programs, Python, figures). The
+verdict line compares the tour's wall time with the 60 s goal (the whole tour, 2 cores).
 
 Run: `python benchmarks/tour_cost.py [--smoke] [--out PATH]`; writes
-`benchmarks/results/tour_cost.json` (`--smoke`: two small studies only, which
-decide nothing about the goal, `tour_cost_smoke.json`). About 4 minutes on 2 cores.
+`benchmarks/results/tour_cost.json` (`--smoke`: two small studies only, which decide nothing
+about the goal, `tour_cost_smoke.json`). About 5 minutes on 2 cores.
 """
 
 import argparse
@@ -65,29 +67,42 @@ def _own_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _tour(names, jobs: int | None, folder: str) -> dict:
-    """`workbench tour` over `names` in a fresh process with an empty compilation cache: its
-    own wall time (`tour.json`), the process's wall time, and the CPU of it and its workers."""
-    code = (
-        "import sys, studies\n"
-        f"studies.TOUR = {tuple(names)!r}\n"
-        "from studies.cli import entry\n"
-        "entry()\n"
-    )
-    argv = [sys.executable, "-c", code, "tour", "--out", os.path.join(folder, "tour")]
-    if jobs is not None:
-        argv += ["--jobs", str(jobs)]
-    env = {**os.environ, "WORKBENCH_JAX_CACHE": os.path.join(folder, "cache")}
+def _command(argv: list[str], cache: str) -> tuple[float, float]:
+    """Run the `workbench` command `argv` in a fresh process with the compilation cache in
+    `cache`: its wall time and the CPU seconds of it and its children."""
+    env = {**os.environ, "WORKBENCH_JAX_CACHE": cache}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     cpu0, t0 = _children_cpu(), time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
     if proc.returncode != 0:
-        raise RuntimeError(f"workbench tour {argv[4:]} failed ({proc.returncode}):\n{proc.stderr}")
-    record = json.loads(pathlib.Path(folder, "tour", "tour.json").read_text(encoding="utf-8"))
+        raise RuntimeError(f"{' '.join(argv[2:])} failed ({proc.returncode}):\n{proc.stderr}")
+    return wall, cpu
+
+
+def _tour(names, folder: str) -> dict:
+    """`workbench tour` over `names`, from an empty compilation cache: its own wall time
+    (`tour.json`), the process's wall time, and the CPU of it and its workers."""
+    code = (
+        f"import studies\nstudies.TOUR = {tuple(names)!r}\nfrom studies.cli import entry\nentry()"
+    )
+    out = pathlib.Path(folder, "tour")
+    wall, cpu = _command(["-c", code, "tour", "--out", str(out)], os.path.join(folder, "cache"))
+    record = json.loads((out / "tour.json").read_text(encoding="utf-8"))
     studies = {name: s["wall_time_s"] for name, s in record["studies"].items()}
-    return {"jobs": jobs, "tour_s": record["wall_time_s"], "process_wall_s": wall, "cpu_s": cpu,
+    return {"tour_s": record["wall_time_s"], "process_wall_s": wall, "cpu_s": cpu,
             "study_wall_s": studies}  # fmt: skip
+
+
+def _one_by_one(names, folder: str) -> dict:
+    """What a user without the tour runs: `workbench run <study> --smoke` for each study, one
+    after another, sharing one compilation cache that starts empty."""
+    cache, walls, cpu = os.path.join(folder, "cache"), {}, 0.0
+    for name in names:
+        argv = ["-m", "studies", "run", name, "--smoke", "--out", os.path.join(folder, name)]
+        walls[name], used = _command(argv, cache)
+        cpu += used
+    return {"wall_s": sum(walls.values()), "cpu_s": cpu, "study_wall_s": walls}
 
 
 def _per_study(names, folder: str) -> list[dict]:
@@ -154,11 +169,11 @@ def main(argv=None) -> int:
     names = tuple(cfg.names or studies.TOUR)
     cores = cpu_count()
     with tempfile.TemporaryDirectory() as tmp, OtherLoad() as load:
-        pool = _tour(names, None, os.path.join(tmp, "pool"))
+        pool = _tour(names, os.path.join(tmp, "pool"))
         print(f"workbench tour: {pool['tour_s']:.1f} s, {pool['cpu_s']:.1f} s of CPU", flush=True)
-        one = _tour(names, 1, os.path.join(tmp, "one"))
-        print(f"workbench tour --jobs 1: {one['tour_s']:.1f} s, {one['cpu_s']:.1f} s of CPU",
-              flush=True)  # fmt: skip
+        one = _one_by_one(names, os.path.join(tmp, "one"))
+        print(f"workbench run, one study after another: {one['wall_s']:.1f} s, "
+              f"{one['cpu_s']:.1f} s of CPU", flush=True)  # fmt: skip
         rows = _per_study(names, os.path.join(tmp, "each"))
         cached = sum(len(files) for _, _, files in os.walk(os.path.join(tmp, "each", "cache")))
     floor = pool["cpu_s"] / cores
@@ -171,8 +186,8 @@ def main(argv=None) -> int:
         "tour_cpu_s": pool["cpu_s"],
         "floor_s": floor,
         "packing": floor / pool["tour_s"],
-        "one_at_a_time_s": one["tour_s"],
-        "pool_speedup": one["tour_s"] / pool["tour_s"],
+        "one_by_one_s": one["wall_s"],
+        "tour_speedup": one["wall_s"] / pool["tour_s"],
         "studies_cpu_s": total["cpu_s"],
         "compile_fraction": total["compile_s"] / total["cpu_s"],
         "trace_lower_fraction": (total["trace_s"] + total["lower_s"]) / total["cpu_s"],
@@ -190,7 +205,7 @@ def main(argv=None) -> int:
         "config": dataclasses.asdict(cfg),
         "environment": environment(),
         "tour": pool,
-        "tour_jobs_1": one,
+        "one_by_one": one,
         "studies": rows,
         "cache_files_written_per_study_part": cached,
         "totals": total,
@@ -202,8 +217,8 @@ def main(argv=None) -> int:
                 ["study", "CPU s", "compile s", "programs", "trace+lower s", "other s"]))  # fmt: skip
     print(
         f"tour {pool['tour_s']:.1f} s ({pool['cpu_s']:.1f} s of CPU on {cores} cores: floor "
-        f"{floor:.1f} s, packing {summary['packing']:.2f}); one study at a time "
-        f"{one['tour_s']:.1f} s ({summary['pool_speedup']:.2f}x the tour's time). Studies: "
+        f"{floor:.1f} s, packing {summary['packing']:.2f}); `workbench run` one study after another "
+        f"{one['wall_s']:.1f} s ({summary['tour_speedup']:.2f}x the tour's time). Studies: "
         f"{total['cpu_s']:.1f} s of CPU, {100 * summary['compile_fraction']:.0f} % XLA compile "
         f"({total['programs']} programs), {100 * summary['trace_lower_fraction']:.0f} % trace + "
         f"lower; {largest['study']} {100 * summary['largest_study_fraction']:.0f} %."
