@@ -14,7 +14,7 @@ columns, and writes:
   `_smoke` with `--smoke`): the rows, the per-script status, wall time and peak memory, the
   peaks and the environment;
 - `benchmarks/results/<machine>.md`: the same as a Markdown table with the date and the machine;
-- with `--readme`: that table into `README.md` between `<!-- perf-table:start -->` and
+- with `--readme`: that table into `benchmarks/README.md` between `<!-- perf-table:start -->` and
   `<!-- perf-table:end -->`.
 
 A script that fails is reported (its exit code and the tail of its output) and the others still
@@ -239,12 +239,12 @@ def markdown(report: dict) -> str:
 
 
 def _into_readme(table: str) -> None:
-    path = os.path.join(ROOT, "README.md")
+    path = os.path.join(ROOT, "benchmarks", "README.md")
     with open(path, encoding="utf-8") as f:
         text = f.read()
     start, end = "<!-- perf-table:start -->", "<!-- perf-table:end -->"
     if start not in text or end not in text:
-        raise SystemExit(f"README.md has no {start} ... {end} markers")
+        raise SystemExit(f"{path} has no {start} ... {end} markers")
     before, rest = text.split(start, 1)
     _, after = rest.split(end, 1)
     from workbench.io import atomic_write_text
@@ -256,7 +256,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="every script with --smoke")
     parser.add_argument("--only", nargs="+", choices=[b[0] for b in BENCHMARKS], default=None)
-    parser.add_argument("--readme", action="store_true", help="write the table into README.md")
+    parser.add_argument("--readme", action="store_true", help="write the table into benchmarks/README.md")
     args = parser.parse_args()
     if args.only and args.readme:
         parser.error("--readme takes the full report; drop --only")
