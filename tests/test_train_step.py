@@ -47,15 +47,12 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
     np.testing.assert_allclose([r["loss"] for r in result.history], losses, rtol=1e-12)
 
 
-def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng, monkeypatch):
+def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng):
     """The augmentation's key is an argument of the compiled step, not a constant in it: the
     programs of two seeds are the same text, so the second is read back from JAX's persistent
-    compilation cache instead of compiled again (in another process: here the process's own
-    reuse of programs is off, so each run lowers its own)."""
-    from workbench.control import _trainer
-    from workbench.control._trainer import _CompiledStep, _Mesh
-
-    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)
+    compilation cache instead of compiled again (in another process: here the process's traced
+    programs are cleared, so each run lowers its own)."""
+    from workbench.control._mesh import BatchMesh, CompiledStep, _step_program
 
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     step = _step(augment=wbc.random_shift(1))
@@ -63,10 +60,10 @@ def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng, mo
     xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
     texts = []
     for seed in (0, 1):
+        _step_program.clear_cache()
         state = step.init(model, key=jax.random.key(seed))
-        compiled = _CompiledStep(step, state, _Mesh(None, BATCH), shard_params=False)
-        lowered = compiled.step.lower(params, state.opt_state, xs, ys, jnp.asarray(0), state.key)
-        texts.append(lowered.as_text())
+        compiled = CompiledStep(step, state, BatchMesh(None, BATCH), shard_params=False)
+        texts.append(compiled.lower(params, state.opt_state, xs, ys, 0).as_text())
     assert texts[0] == texts[1]
 
 
@@ -77,8 +74,8 @@ def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_
     structure (another seed, another `default_optimizer` setting, another `random_shift(1)`
     call), and a run on the reused program ends with the parameters of a run on a program of its
     own, bit for bit. Another objective weight, or an optax transformation made anew, is another
-    program."""
-    from workbench.control import _trainer
+    program. The reuse is JAX's own cache of the module-level `jax.jit` of the step."""
+    from workbench.control._mesh import _step_program
 
     traces = []
     call = wbc.TrainStep.__call__
@@ -88,7 +85,7 @@ def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_
         return call(self, state, batch)
 
     monkeypatch.setattr(wbc.TrainStep, "__call__", counted)
-    monkeypatch.setattr(_trainer, "_PROGRAMS", type(_trainer._PROGRAMS)())
+    _step_program.clear_cache()
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
 
     def run(seed, lr=1e-2, kinetic=None, optimizer=None):
@@ -103,40 +100,36 @@ def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_
     first = run(0)
     reused = [run(1), run(2, lr=3e-3)]
     assert len(traces) == 1
-    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)  # every run its own program from here
-    _trainer._PROGRAMS.clear()
-    assert [run(1), run(2, lr=3e-3)] == reused and len(traces) == 3
+    fresh = []
+    for seed, lr in ((1, 1e-2), (2, 3e-3)):  # each run on a program traced anew
+        _step_program.clear_cache()
+        fresh.append(run(seed, lr=lr))
+    assert fresh == reused and len(traces) == 3
     assert len({first, *reused}) == 3  # the seeds and rates do change the runs
-    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 8)
     run(0, kinetic=0.1), run(1, kinetic=0.1), run(0, kinetic=0.2)
     assert len(traces) == 5
     run(0, optimizer=optax.adam(1e-2)), run(0, optimizer=optax.adam(1e-2))
     assert len(traces) == 7
 
 
-def test_runs_that_differ_in_their_optimizer_settings_compile_one_program(
-    getkey, rng, monkeypatch
-):
+def test_runs_that_differ_in_their_optimizer_settings_compile_one_program(getkey, rng):
     """`default_optimizer`'s numbers (peak rate, warm-up, length, weight decay, clipping norm)
     are its state, not constants of the step: the training steps of two settings are the same
-    program text (each lowered on its own: the process's reuse of programs is off)."""
-    from workbench.control import _trainer
-    from workbench.control._trainer import _CompiledStep, _Mesh
-
-    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)
+    program text (each lowered on its own: the process's traced programs are cleared)."""
+    from workbench.control._mesh import BatchMesh, CompiledStep, _step_program
 
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     params = eqx.filter(model, eqx.is_inexact_array)
     xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
     texts = []
     for lr, steps, warmup, wd, clip in [(1e-2, 8, 2, 0.05, 1.0), (3e-3, 500, 0, 0.1, 0.5)]:
+        _step_program.clear_cache()
         step = wbc.TrainStep(
             wbc.default_optimizer(lr, steps=steps, warmup=warmup, weight_decay=wd, clip=clip)
         )
         state = step.init(model, key=jax.random.key(0))
-        compiled = _CompiledStep(step, state, _Mesh(None, BATCH), shard_params=False)
-        lowered = compiled.step.lower(params, state.opt_state, xs, ys, jnp.asarray(0), state.key)
-        texts.append(lowered.as_text())
+        compiled = CompiledStep(step, state, BatchMesh(None, BATCH), shard_params=False)
+        texts.append(compiled.lower(params, state.opt_state, xs, ys, 0).as_text())
     assert texts[0] == texts[1]
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import workbench.analysis as wba
 import workbench.control as wbc
-from workbench.control import _trainer
+from workbench.control import _callbacks, _fingerprint, _mesh, _trainer
 
 from helpers import tiny_data, tiny_model, train
 
@@ -155,7 +155,7 @@ def test_the_fingerprint_is_the_same_in_another_process():
         jax.config.update("jax_enable_x64", True)
         import equinox as eqx, numpy as np
         import workbench.control as wbc
-        from workbench.control import _trainer
+        from workbench.control import _fingerprint
         from helpers import tiny_data, tiny_model
 
         model = tiny_model(jax.random.key(0), d=8, layers=1)
@@ -163,8 +163,8 @@ def test_the_fingerprint_is_the_same_in_another_process():
         opt = wbc.default_optimizer(1e-2, steps=6, warmup=2)
         state = opt.init(eqx.filter(model, eqx.is_inexact_array))
         step = wbc.TrainStep(opt, augment=wbc.random_shift(1))
-        fp = _trainer._fingerprint(model, data, train_step=step, opt_state=state, seed=0,
-                                   batch_size=4, steps=6)
+        fp = _fingerprint.run_fingerprint(model, data, train_step=step, opt_state=state,
+                                          seed=0, batch_size=4, steps=6)
         print(json.dumps(fp))
         """
     )
@@ -176,7 +176,7 @@ def test_the_fingerprint_is_the_same_in_another_process():
     import equinox as eqx
 
     model, opt = _model(), _optimizer()
-    here = _trainer._fingerprint(
+    here = _fingerprint.run_fingerprint(
         model, _data(), train_step=wbc.TrainStep(opt, augment=wbc.random_shift(1)),
         opt_state=opt.init(eqx.filter(model, eqx.is_inexact_array)), seed=0, batch_size=4,
         steps=6,
@@ -240,7 +240,7 @@ def test_training_time_continues_across_a_resume(finished, tmp_path):
     assert resumed.compile_time_s == first.compile_time_s == manifest["metadata"]["compile_time_s"]
     assert resumed.steps_per_second * elapsed[-1] == pytest.approx(STEPS - 2, rel=1e-12)
     rows = (folder / "metrics.csv").read_text().splitlines()[1:]
-    column = _trainer.METRICS.index("elapsed_s")
+    column = _callbacks.METRICS.index("elapsed_s")
     np.testing.assert_allclose([float(r.split(",")[column]) for r in rows], elapsed, rtol=1e-15)
     from studies import _training as T
 
@@ -262,7 +262,7 @@ def test_the_next_batch_is_prepared_before_waiting_for_the_step(monkeypatch):
     dispatched and before the host waits for step s's result; the parameters equal those of
     a step-by-step reference loop (optax on the same batches)."""
     events = []
-    real_batch = _trainer.batch_indices
+    real_batch = _mesh.batch_indices
     real_wait = _trainer._finite_on_host
 
     def batch(seed, step, n, size):
@@ -273,7 +273,7 @@ def test_the_next_batch_is_prepared_before_waiting_for_the_step(monkeypatch):
         events.append(("wait", sum(e[0] == "wait" for e in events)))
         return real_wait(flag)
 
-    monkeypatch.setattr(_trainer, "batch_indices", batch)
+    monkeypatch.setattr(_mesh, "batch_indices", batch)
     monkeypatch.setattr(_trainer, "_finite_on_host", wait)
     steps = 4
     result = train(_model(), _data(), steps=steps, batch_size=BATCH, optimizer=optax.sgd(0.1),

@@ -19,6 +19,7 @@ from ._callbacks import (
     MetricsCSV as MetricsCSV,
     Progress as Progress,
     Run as Run,
+    SaveModel as SaveModel,
     standard_callbacks as standard_callbacks,
 )
 from ._certificate import (
@@ -80,7 +81,6 @@ from ._optimizer import (
     default_optimizer as default_optimizer,
 )
 from ._saved_models import (
-    SaveModel as SaveModel,
     load_model as load_model,
     load_run as load_run,
     model_structure as model_structure,

@@ -11,8 +11,8 @@ Nothing from the file is executed: a name is resolved only to a class or functio
 workbench itself defines (`_resolve`); anything else — another package's, or one reached
 through a workbench module's imports such as `workbench.io:os.system` — is refused by name.
 
-A training run (`train(..., run_dir=DIR)`) writes both files into `DIR` when it finishes
-(`SaveModel`), so
+A training run with a run folder writes both files into it when it finishes (the `SaveModel`
+callback), so
 
 ```python
 model = wbc.load_run("runs/train-digits")        # the trained ControlledModel
@@ -35,11 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._sharding import on_host
 from ..io import atomic_open, atomic_write_json
-from ._callbacks import AbstractCallback, Run, on_host
 from ._checkpoint import _sha256_file, params_sha256
 
-__all__ = ["SaveModel", "load_model", "load_run", "model_structure", "run_inputs", "save_model"]
+__all__ = ["load_model", "load_run", "model_structure", "run_inputs", "save_model"]
 
 FORMAT = "workbench.model/2"
 _READS = ("workbench.model/1", FORMAT)
@@ -322,37 +322,3 @@ def run_inputs(run_dir) -> np.ndarray:
     if not path.exists() or _sha256_file(path) != info["inputs_sha256"]:
         raise ValueError(f"{path} is missing or does not match the SHA-256 in {MANIFEST}.")
     return np.load(path, allow_pickle=False)
-
-
-class SaveModel(AbstractCallback):
-    """At the end of a finished run, `save_model(folder, model, inputs=...)` with the first
-    `examples` inputs of `inputs` (default: of the training data) (process 0 writes; every
-    process gathers sharded parameters). A run that stopped early (a signal, a divergence)
-    saves nothing; a finished run called again leaves identical files as they are."""
-
-    def __init__(self, folder, *, inputs=None, examples: int = 8):
-        self.folder = pathlib.Path(folder)
-        self.inputs = inputs
-        self.examples = int(examples)
-
-    def on_end(self, run: Run) -> None:
-        if run.done != run.steps:
-            return
-        model = on_host(run.model)  # a collective where sharded: every process
-        if not run.writes:
-            return
-        manifest = self.folder / MANIFEST
-        if manifest.exists():
-            try:
-                same = json.loads(manifest.read_text(encoding="utf-8")).get(
-                    "params_sha256"
-                ) == params_sha256(model)
-            except (OSError, ValueError):
-                same = False
-            if same:
-                return
-        held_out = self.inputs is not None
-        inputs = (self.inputs if held_out else run.data.inputs)[: self.examples]
-        save_model(self.folder, model, inputs=inputs, metadata={
-            "steps": run.steps, "seed": run.seed,
-            "inputs": "held-out" if held_out else "training"})  # fmt: skip
