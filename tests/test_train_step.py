@@ -1,6 +1,6 @@
 """The training step as a value (`wbc.TrainStep`): a loop written by hand around it is `train`;
 the NaN guard stops (naming the step and the arrays) or skips; a gradient method brings its own
-update rule; callbacks see every logged row and can be added to the standard ones."""
+update rule; the callbacks see every logged row, evaluation filled in."""
 
 import json
 
@@ -13,6 +13,7 @@ import optax
 import pytest
 
 import workbench.control as wbc
+from workbench.control import _callbacks
 
 from helpers import tiny_data, tiny_model
 
@@ -244,7 +245,15 @@ def test_a_method_brings_its_own_update_rule(getkey, rng):
         wbc.train(model, model, data, steps=3, batch_size=8)
 
 
-class _Recorder(wbc.AbstractCallback):
+def _probe(monkeypatch, callback):
+    """`train`'s own callbacks followed by `callback` (the test's view of the hooks)."""
+    from workbench.control import _callbacks, _trainer
+
+    standard = _callbacks.standard_callbacks
+    monkeypatch.setattr(_trainer, "standard_callbacks", lambda *a, **k: [*standard(*a, **k), callback])
+
+
+class _Recorder(_callbacks.AbstractCallback):
     def __init__(self):
         self.events = []
 
@@ -261,12 +270,12 @@ class _Recorder(wbc.AbstractCallback):
         self.events.append(("end", run.done))
 
 
-def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path):
+def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path, monkeypatch):
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     recorder = _Recorder()
+    _probe(monkeypatch, recorder)
     result = wbc.train(_step(), model, data, steps=STEPS, batch_size=BATCH, log_every=3,
-                       eval_data=data, eval_every=3, run_dir=tmp_path, progress=False,
-                       callbacks=[recorder])  # fmt: skip
+                       eval_data=data, eval_every=3, run_dir=tmp_path, progress=False)  # fmt: skip
     kinds = [e[0] for e in recorder.events]
     assert kinds[0] == "start" and kinds[-1] == "end"
     assert [e[1] for e in recorder.events if e[0] == "step"] == list(range(1, STEPS + 1))
@@ -278,9 +287,9 @@ def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path):
     assert len(lines) == 1 + len(rows)
     # Resumed on the finished folder: the start sees the restored step, no step runs.
     again = _Recorder()
+    _probe(monkeypatch, again)
     wbc.train(_step(), model, data, steps=STEPS, batch_size=BATCH, log_every=3,
-              eval_data=data, eval_every=3, run_dir=tmp_path, progress=False,
-              callbacks=[again])  # fmt: skip
+              eval_data=data, eval_every=3, run_dir=tmp_path, progress=False)  # fmt: skip
     assert again.events == [("start", STEPS), ("end", STEPS)]
 
 

@@ -446,33 +446,50 @@ def test_analysis_only_fields_leave_the_study_fingerprint_unchanged(study):
     ]
 
 
-class _SignalAt(wbc.AbstractCallback):
+class _SignalAt(_callbacks.AbstractCallback):
     """Sends `signum` to this process after step `step` (the loop sees it at the next step)."""
 
     def __init__(self, signum, step):
         self.signum, self.step = signum, step
 
+    def on_start(self, run):
+        del run
+
+    def on_log(self, run, row):
+        del run, row
+
     def on_step(self, run):
         if run.done == self.step:
             os.kill(os.getpid(), self.signum)
 
+    def on_end(self, run):
+        del run
+
+
+def _signal_at(monkeypatch, signum, step):
+    """`train`'s own callbacks followed by `_SignalAt(signum, step)`."""
+    standard = _callbacks.standard_callbacks
+    monkeypatch.setattr(_trainer, "standard_callbacks",
+                        lambda *a, **k: [*standard(*a, **k), _SignalAt(signum, step)])  # fmt: skip
+
 
 @pytest.mark.parametrize("ignored", [False, True])
-def test_sigint_stops_a_run_unless_the_process_ignores_it(tmp_path, ignored):
+def test_sigint_stops_a_run_unless_the_process_ignores_it(tmp_path, ignored, monkeypatch):
     """SIGINT after step 2 stops the run after step 3 with a checkpoint there (Ctrl-C), unless
     the process ignores SIGINT (a shell script's background job): then the run trains on to
     its last step, and SIGINT is still ignored afterwards."""
     import signal
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
+    _signal_at(monkeypatch, signal.SIGINT, 2)
     try:
         if ignored:
-            result = _train(tmp_path, callbacks=[_SignalAt(signal.SIGINT, 2)])
+            result = _train(tmp_path)
             assert [row["step"] for row in result.history] == list(range(1, STEPS + 1))
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         else:
             with pytest.raises(KeyboardInterrupt, match="SIGINT after step 3"):
-                _train(tmp_path, callbacks=[_SignalAt(signal.SIGINT, 2)])
+                _train(tmp_path)
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
             steps = [json.loads(p.read_text())["step"] for p in (tmp_path / "checkpoints").rglob("*.json")
                      if p.name != "fingerprint.json"]  # fmt: skip

@@ -15,6 +15,7 @@ Several processes (`jax.distributed`) run every callback; process 0 alone writes
 (`run.writes`).
 """
 
+import abc
 import contextlib
 import csv
 import dataclasses
@@ -128,21 +129,26 @@ class Run:
         return self.timed_steps / self.train_seconds if self.train_seconds > 0 else float("nan")
 
 
-class AbstractCallback:
-    """Hooks around the training steps (see the module docstring); each does nothing unless a
-    subclass overrides it."""
+class AbstractCallback(abc.ABC):
+    """Hooks around the training steps (see the module docstring). Every callback implements
+    all four (a hook it does not need does nothing), as equinox's abstract/final rule has it: an
+    abstract class declares, a final one implements, nothing is overridden."""
 
+    @abc.abstractmethod
     def on_start(self, run: Run) -> None:
-        del run
+        """Once, before the first step."""
 
+    @abc.abstractmethod
     def on_log(self, run: Run, row: dict) -> None:
-        del run, row
+        """On every logged step, with its metrics row (which it may fill in)."""
 
+    @abc.abstractmethod
     def on_step(self, run: Run) -> None:
-        del run
+        """After every applied step."""
 
+    @abc.abstractmethod
     def on_end(self, run: Run) -> None:
-        del run
+        """Once at the end, however the run ends."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -231,6 +237,12 @@ class Checkpoints(AbstractCallback):
             self.manager.save(run.done, (host_params, host_state), metadata)
         run.last_checkpoint = (run.done, self.manager.folder)
 
+    def on_log(self, run: Run, row: dict) -> None:
+        del run, row
+
+    def on_end(self, run: Run) -> None:
+        del run
+
 
 # --------------------------------------------------------------------------------------------
 # Metrics, evaluation, progress
@@ -260,6 +272,9 @@ class MetricsCSV(AbstractCallback):
             self.writer.writerow({k: ("" if row[k] is None else row[k]) for k in METRICS})
             self.file.flush()
 
+    def on_step(self, run: Run) -> None:
+        del run
+
     def on_end(self, run: Run) -> None:
         if self.file is not None:
             self.file.close()
@@ -285,6 +300,12 @@ class Evaluate(AbstractCallback):
     def on_log(self, run: Run, row: dict) -> None:
         if row["step"] % self.every == 0 or row["step"] == run.steps:
             row["eval_accuracy"] = held_out_accuracy(run.model, self.data)
+
+    def on_step(self, run: Run) -> None:
+        del run
+
+    def on_end(self, run: Run) -> None:
+        del run
 
 
 class Progress(AbstractCallback):
@@ -364,6 +385,15 @@ class SaveModel(AbstractCallback):
         self.folder = pathlib.Path(folder)
         self.inputs = inputs
         self.examples = int(examples)
+
+    def on_start(self, run: Run) -> None:
+        del run
+
+    def on_log(self, run: Run, row: dict) -> None:
+        del run, row
+
+    def on_step(self, run: Run) -> None:
+        del run
 
     def on_end(self, run: Run) -> None:
         if run.done != run.steps:

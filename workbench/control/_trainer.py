@@ -14,7 +14,6 @@ import dataclasses
 import enum
 import signal
 import time
-from collections.abc import Sequence
 
 import equinox as eqx
 import jax
@@ -22,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._sharding import on_host
-from ._callbacks import AbstractCallback, Run, _positive, held_out_accuracy, standard_callbacks
+from ._callbacks import Run, _positive, held_out_accuracy, standard_callbacks
 from ._checkpoint import params_sha256
 from ._data import Dataset, check_batch_size, check_data
 from ._fingerprint import run_fingerprint
@@ -119,7 +118,6 @@ def train(
     batch_size: int,
     seed: int = 0,
     log_every: int = 10,
-    callbacks: Sequence[AbstractCallback] | None = None,
     run_dir=None,
     eval_data: Dataset | None = None,
     eval_every: int | None = None,
@@ -142,10 +140,13 @@ def train(
     SIGTERM stop it after the step's callbacks (a checkpoint is written): `KeyboardInterrupt`.
     A signal the process ignores (SIGINT in a shell script's background job) stays ignored.
 
-    Callbacks (`AbstractCallback`) run in order: `standard_callbacks(run_dir, eval_data=,
-    eval_every=, checkpoint_every=, fingerprint=, progress=)` — checkpoints and exact resume in
-    `run_dir/checkpoints/` (another run's folder is refused: `CheckpointMismatch`),
-    `run_dir/metrics.csv`, the held-out accuracy, a progress bar — then `callbacks`.
+    With `run_dir`, the run is durable: checkpoints and exact resume in `run_dir/checkpoints/`
+    every `checkpoint_every` steps (another run's folder is refused: `CheckpointMismatch`; the
+    run's identity is extended by `fingerprint`, e.g. a study's configuration), the metrics in
+    `run_dir/metrics.csv`, and the finished model in `run_dir/model.json` + `model.eqx`
+    (`load_run`). With `eval_data`, the held-out accuracy fills the rows of the logged steps that
+    are multiples of `eval_every`. `progress`: a progress bar (`None`: on a terminal). A loop of
+    one's own (other hooks, logging elsewhere) is written around `TrainStep` directly.
 
     **Returns:** a `TrainResult` (a finished run called again returns its stored model,
     history and timings, `resumed_from == steps`).
@@ -153,9 +154,9 @@ def train(
     steps, batch_size, log_every = _check_arguments(
         train_step, model, data, steps=steps, batch_size=batch_size, log_every=log_every
     )
-    callbacks = [*standard_callbacks(
+    callbacks = standard_callbacks(
         run_dir, eval_data=eval_data, eval_every=eval_every, checkpoint_every=checkpoint_every,
-        fingerprint=fingerprint, progress=progress), *(callbacks or ())]  # fmt: skip
+        fingerprint=fingerprint, progress=progress)  # fmt: skip
     mesh = BatchMesh(devices, batch_size)
     run = _new_run(train_step, model, data, seed=seed, batch_size=batch_size, steps=steps)
     for callback in callbacks:
