@@ -1,4 +1,4 @@
-"""A trained model as files (`wbc.save_model`, `wbc.load_model`, `wbc.load_run`): read back
+"""A trained model as files (`wbc.save_model`, `wbc.load_run`, and `load_model` under it): read back
 bit for bit without the code that built it, its hashes checked, nothing executed from the
 file."""
 
@@ -15,6 +15,8 @@ import pytest
 
 import workbench as wb
 import workbench.control as wbc
+from workbench.control._checkpoint import params_sha256
+from workbench.control._saved_models import load_model, model_structure
 
 from helpers import tiny_data, tiny_model
 
@@ -55,7 +57,7 @@ def test_a_saved_model_comes_back_bit_for_bit_and_predicts_the_same(getkey, tmp_
     model = jax.tree.map(lambda a: a + 0.01 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape)
                          if eqx.is_inexact_array(a) else a, model)  # fmt: skip
     wbc.save_model(tmp_path, model)
-    back = wbc.load_model(tmp_path)
+    back = load_model(tmp_path)
     _same(back, model)
     assert back.transformer.scheme == model.transformer.scheme
     assert back.transformer.steps_per_layer == model.transformer.steps_per_layer
@@ -72,7 +74,7 @@ def test_load_run_returns_the_trained_model_of_a_run_folder(getkey, rng, tmp_pat
                        checkpoint_every=3, progress=False)  # fmt: skip
     back = wbc.load_run(tmp_path)
     _same(back, result.model)
-    assert wbc.params_sha256(back) == json.loads((tmp_path / "model.json").read_text())[
+    assert params_sha256(back) == json.loads((tmp_path / "model.json").read_text())[
         "params_sha256"]  # fmt: skip
     assert back.transformer.steps_per_layer == 2
     # The first training inputs (no held-out data given) come with it, for the analyses.
@@ -112,13 +114,13 @@ def test_nothing_outside_workbench_is_rebuilt(getkey, tmp_path):
         wbc.save_model(tmp_path, Foreign(jnp.ones(2)))
     model = tiny_model(getkey())
     with pytest.raises(ValueError, match=r"model\['f'\]: the function numpy.tanh is not"):
-        wbc.model_structure({"f": np.tanh})
+        model_structure({"f": np.tanh})
     wbc.save_model(tmp_path, model)
     info = json.loads((tmp_path / "model.json").read_text())
     info["structure"]["module"] = "os:system"
     _write_with_hash(tmp_path / "model.json", info)
     with pytest.raises(ValueError, match="'os:system' is not a workbench class"):
-        wbc.load_model(tmp_path)
+        load_model(tmp_path)
 
 
 def _write_with_hash(path, info):
@@ -188,7 +190,7 @@ def test_a_name_that_workbench_does_not_define_is_refused(trained_run, tmp_path,
     assert f"{name!r} is not a workbench class or function" in message
     assert "refused" in message
     with pytest.raises(ValueError, match="is not a workbench class or function"):
-        wbc.load_model(tmp_path)
+        load_model(tmp_path)
 
 
 def test_an_edited_structure_is_refused_and_an_old_manifest_still_loads(getkey, tmp_path):
@@ -201,14 +203,14 @@ def test_an_edited_structure_is_refused_and_an_old_manifest_still_loads(getkey, 
     manifest = wbc.save_model(tmp_path, model)
     original = json.loads(manifest.read_text())
     assert original["format"] == "workbench.model/2"
-    _same(wbc.load_model(tmp_path), model)
+    _same(load_model(tmp_path), model)
 
     def edited(change):
         info = json.loads(json.dumps(original))
         change(info["structure"])
         manifest.write_text(json.dumps(info))
         with pytest.raises(ValueError, match="model.json: the model's structure does not match"):
-            wbc.load_model(tmp_path)
+            load_model(tmp_path)
 
     def steps_per_layer(structure):
         transformer = structure["fields"]["transformer"]["fields"]
@@ -225,7 +227,7 @@ def test_an_edited_structure_is_refused_and_an_old_manifest_still_loads(getkey, 
     old["format"] = "workbench.model/1"
     del old["structure_sha256"]
     manifest.write_text(json.dumps(old))
-    back = wbc.load_model(tmp_path)
+    back = load_model(tmp_path)
     _same(back, model)
     assert back.transformer.steps_per_layer == 3
     assert back.transformer.scheme == model.transformer.scheme

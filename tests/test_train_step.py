@@ -14,6 +14,8 @@ import pytest
 
 import workbench.control as wbc
 from workbench.control import _callbacks
+from workbench.control._data import batch_indices
+from workbench.control._discretizations import with_discretization
 
 from helpers import tiny_data, tiny_model
 
@@ -36,7 +38,7 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
     run = eqx.filter_jit(step)
     losses = []
     for s in range(STEPS):
-        idx = wbc.batch_indices(3, s, len(data), BATCH)
+        idx = batch_indices(3, s, len(data), BATCH)
         state, info = run(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
         assert bool(info["finite"])
         losses.append(float(info["loss"]))
@@ -183,7 +185,7 @@ def _poisoned(rng, steps_with_nan):
     data = tiny_data(rng, n=24)
     x = data.inputs.copy()
     for s in steps_with_nan:
-        x[wbc.batch_indices(0, s, len(x), 2)[0], 0, 0] = np.nan
+        x[batch_indices(0, s, len(x), 2)[0], 0, 0] = np.nan
     return wbc.Dataset(x, data.targets)
 
 
@@ -211,7 +213,7 @@ def test_skipped_steps_leave_the_parameters_and_stop_after_too_many(getkey, rng)
     state = wbc.TrainStep(optax.sgd(0.1)).init(model, key=jax.random.key(0))
     plain = eqx.filter_jit(wbc.TrainStep(optax.sgd(0.1)))
     for s in range(STEPS):
-        idx = wbc.batch_indices(0, s, len(data), 2)
+        idx = batch_indices(0, s, len(data), 2)
         if s == 5:
             continue
         state, _ = plain(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
@@ -306,7 +308,7 @@ def test_divergence_as_a_value_keeps_the_last_good_model(getkey, rng):
     state = _step().init(model, key=jax.random.key(0))
     run = eqx.filter_jit(_step())
     for s in range(5):
-        idx = wbc.batch_indices(0, s, len(data), 2)
+        idx = batch_indices(0, s, len(data), 2)
         state, _ = run(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
     chex.assert_trees_all_close(eqx.filter(state.model, eqx.is_inexact_array),
                                 eqx.filter(failed.model, eqx.is_inexact_array), rtol=1e-12,
@@ -328,20 +330,20 @@ def test_multi_resolution_solves_each_batch_at_the_drawn_step_count(getkey, rng)
     run, plain = eqx.filter_jit(step), eqx.filter_jit(_step())  # plain: a program per k
     drawn = []
     for s in range(6):
-        idx = wbc.batch_indices(5, s, len(data), BATCH)
+        idx = batch_indices(5, s, len(data), BATCH)
         batch = (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx]))
         key = jax.random.fold_in(jax.random.fold_in(state.key, s), 1)
         k = ks[int(multi.index(key, jnp.asarray(s)))]
         drawn.append(k)
         # The same update by hand: the model (and the optimizer's model-shaped moments) at k
         # steps per layer, the plain step.
-        fine = wbc.with_discretization((state.model, state.opt_state), None, k)
+        fine = with_discretization((state.model, state.opt_state), None, k)
         by_hand, _ = plain(wbc.TrainState(*fine, state.step, state.key), batch)
         state, info = run(state, batch)
         assert state.model.transformer.steps_per_layer == 1
         chex.assert_trees_all_close(
             eqx.filter(state.model, eqx.is_inexact_array),
-            eqx.filter(wbc.with_discretization(by_hand.model, None, 1), eqx.is_inexact_array),
+            eqx.filter(with_discretization(by_hand.model, None, 1), eqx.is_inexact_array),
             rtol=1e-10, atol=1e-12,  # two programs (a switch and a plain step): round-off
         )  # fmt: skip
     assert len(set(drawn)) > 1, drawn  # six steps drew more than one step count

@@ -20,7 +20,7 @@ import pytest
 
 import workbench.analysis as wba
 import workbench.control as wbc
-from workbench.control import _callbacks, _fingerprint, _mesh, _trainer
+from workbench.control import _callbacks, _checkpoint, _fingerprint, _mesh, _trainer
 
 from helpers import tiny_data, tiny_model, train
 
@@ -192,7 +192,7 @@ def test_structure_mismatch_is_refused_and_corruption_falls_back(tmp_path):
     """`CheckpointManager.restore`: a state with fewer leaves (which equinox would read without
     complaint) or another shape raises `CheckpointMismatch` and changes nothing; a truncated
     newest data file is corruption: a warning and the previous checkpoint."""
-    manager = wbc.CheckpointManager(tmp_path, fingerprint={"run": 1})
+    manager = _checkpoint.CheckpointManager(tmp_path, fingerprint={"run": 1})
     saved = {1: (np.arange(3.0), np.ones((2, 2))), 2: (np.arange(3.0) + 1, np.ones((2, 2)))}
     for step, state in saved.items():
         manager.save(step, state)

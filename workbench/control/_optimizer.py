@@ -62,7 +62,7 @@ def _update(updates, state, params=None):
     h = state.hyperparams
     rate = _rate(state.count, state.schedule).astype(optax.tree.dtype(params, "highest"))
     # optax.clip_by_global_norm's arithmetic, with the norm cast to each update's dtype:
-    # a run-time `clip` array is not weakly typed, as the Python float it replaces was.
+    # a run-time `clip` array is not weakly typed, as a Python float would be.
     g_norm = optax.tree.norm(updates)
     trigger = jnp.squeeze(g_norm < h["clip"])
     updates = jax.tree.map(

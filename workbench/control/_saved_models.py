@@ -285,7 +285,8 @@ def load_run(run_dir) -> eqx.Module:
     r"""The trained model of a training run folder (`train(..., run_dir=DIR)`, or
     `workbench run train-digits --out DIR`): a `ControlledModel` with the scheme and steps per
     layer it was trained to be evaluated at, ready for `rediscretize`. No optimizer state, no
-    study code: the folder's `model.json` and `model.eqx` are enough.
+    study code: the folder's `model.json` and `model.eqx` are enough. A folder `save_model`
+    wrote loads the same way.
 
     A folder whose run has not finished, or that holds several trainings (a study that trains
     variants keeps one subfolder each), is a `ValueError` naming what to load instead.
