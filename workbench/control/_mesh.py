@@ -122,7 +122,9 @@ class CompiledStep:
     docstring). A step that is not finite is simply not assigned on the host (no select of old
     and new values in the program)."""
 
-    def __init__(self, train_step: TrainStep, state: TrainState, mesh: BatchMesh, shard_params: bool):
+    def __init__(
+        self, train_step: TrainStep, state: TrainState, mesh: BatchMesh, shard_params: bool
+    ):
         params, model_static = eqx.partition(state.model, eqx.is_inexact_array)
         self.layouts = (
             layout(params, mesh.replicated, shard_params),
