@@ -379,7 +379,7 @@ def workbench_step(static, optimizer, *, guard: bool, method=None):
 
 
 def trainer_shardings():
-    """The trainer's placement (`_trainer._mesh` with the default devices): the batch split
+    """The trainer's placement (`workbench.control._mesh.BatchMesh` with the default devices): the batch split
     along a one-axis mesh, everything else replicated."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 

@@ -10,6 +10,7 @@ import numpy as np
 
 import workbench as wb
 import workbench.control as wbc
+from workbench.control._certificate import Certificate, RefinementAccuracy
 
 A = wb.architectures
 
@@ -260,10 +261,10 @@ def certificate_dict(spread: float, *, order: float = 1.0, expected: int = 1, k:
                      threshold: float = 0.005) -> dict:  # fmt: skip
     """A certificate's dict as `wbc.certify` writes it, for verdict tests: an accuracy that moves
     by `spread` under refinement, an observed `order`; `consistent` and `reasons` decided by
-    `wbc.Certificate`'s own rule (spread and order reduction)."""
+    `Certificate`'s own rule (spread and order reduction)."""
     import dataclasses
 
-    accuracy = wbc.RefinementAccuracy(
+    accuracy = RefinementAccuracy(
         scheme="LieTrotter", steps_per_layer=k, accuracy=0.99,
         refined_steps_per_layer=[2 * k, 16 * k], refined_accuracies=[0.99, 0.99 - spread],
         second_scheme="Strang", second_steps_per_layer=16 * k, second_accuracy=0.99,
@@ -274,7 +275,7 @@ def certificate_dict(spread: float, *, order: float = 1.0, expected: int = 1, k:
         reasons.append(f"observed order {order:.2f} against the expected {expected}")
     if spread > threshold:
         reasons.append(f"held-out accuracy moves by {100 * spread:.2f} points under refinement")
-    cert = wbc.Certificate(
+    cert = Certificate(
         scheme="LieTrotter", steps_per_layer=k, error=0.1, reference_error_estimate=1e-9,
         ladder_steps_per_layer=[k, 2 * k], ladder_errors=[0.1, 0.05], observed_order=order,
         order_ci=(order - 0.1, order + 0.1), expected_order=expected, largest_stable_step=2.0,

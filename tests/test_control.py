@@ -19,6 +19,8 @@ import pytest
 
 import workbench as wb
 import workbench.control as wbc
+from workbench.control._checkpoint import CheckpointManager
+from workbench.control._data import batch_indices
 
 from helpers import (
     certificate_dict,
@@ -186,7 +188,7 @@ def test_training_reduces_the_loss_and_resume_is_exact(getkey, rng, tmp_path):
     opt = wbc.default_optimizer(1e-2, steps=40, warmup=5)
     part = _train(model, data, tmp_path, steps=40, log_every=5, optimizer=opt, checkpoint_every=10)
     assert part.params_sha256 == full.params_sha256
-    ck = wbc.CheckpointManager(tmp_path / "checkpoints", fingerprint={})
+    ck = CheckpointManager(tmp_path / "checkpoints", fingerprint={})
     assert ck.steps()[0] == 40
     # Delete the newest checkpoint: a rerun restarts from 30 and finishes identically,
     # with exactly one metrics row per logged step.
@@ -232,9 +234,9 @@ def test_nan_guard_names_the_step_and_keeps_good_checkpoints(getkey, rng, tmp_pa
     model = tiny_model(getkey())
     data = tiny_data(rng)
     x = data.inputs.copy()
-    bad = wbc.batch_indices(0, 13, len(x), 2)[0]  # batch 2: 24 steps per epoch
+    bad = batch_indices(0, 13, len(x), 2)[0]  # batch 2: 24 steps per epoch
     x[bad, 0, 0] = np.nan
-    first = min(s for s in range(40) if bad in wbc.batch_indices(0, s, len(x), 2))
+    first = min(s for s in range(40) if bad in batch_indices(0, s, len(x), 2))
     assert first == 13
     with pytest.raises(
         wbc.TrainingDiverged, match=r"diverged at step 13: .* last good checkpoint is step 10"
@@ -247,7 +249,7 @@ def test_nan_guard_names_the_step_and_keeps_good_checkpoints(getkey, rng, tmp_pa
             batch_size=2,
             checkpoint_every=5,
         )
-    ck = wbc.CheckpointManager(tmp_path / "checkpoints", fingerprint={})
+    ck = CheckpointManager(tmp_path / "checkpoints", fingerprint={})
     assert ck.steps() == [10, 5]
     params = eqx.filter(model, eqx.is_inexact_array)
     step, state, _ = ck.restore((params, wbc.default_optimizer(steps=40).init(params)))

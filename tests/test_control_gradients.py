@@ -13,6 +13,7 @@ import pytest
 
 import workbench as wb
 import workbench.control as wbc
+from workbench.control._certificate import RefinementAccuracy
 
 from helpers import randomize_head, tiny_data, tiny_model, train, well_conditioned
 
@@ -183,7 +184,7 @@ def test_certificate_flags_an_order_off_the_schemes_either_way(getkey, monkeypat
 
     model = tiny_model(getkey(), layers=2, steps_per_layer=2)
     states = jax.random.normal(getkey(), (1, 5, 8), jnp.float64)
-    accuracy = wbc.RefinementAccuracy(
+    accuracy = RefinementAccuracy(
         scheme="LieTrotter", steps_per_layer=2, accuracy=0.9, refined_steps_per_layer=[4],
         refined_accuracies=[0.9], second_scheme="Strang", second_steps_per_layer=4,
         second_accuracy=0.9, spread=0.0,

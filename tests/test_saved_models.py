@@ -1,8 +1,10 @@
-"""A trained model as files (`wbc.save_model`, `wbc.load_model`, `wbc.load_run`): read back
+"""A trained model as files (`wbc.save_model`, `wbc.load_run`, and `load_model` under it): read back
 bit for bit without the code that built it, its hashes checked, nothing executed from the
 file."""
 
+import hashlib
 import json
+import shutil
 
 import equinox as eqx
 import jax
@@ -13,6 +15,8 @@ import pytest
 
 import workbench as wb
 import workbench.control as wbc
+from workbench.control._checkpoint import params_sha256
+from workbench.control._saved_models import load_model, model_structure
 
 from helpers import tiny_data, tiny_model
 
@@ -53,7 +57,7 @@ def test_a_saved_model_comes_back_bit_for_bit_and_predicts_the_same(getkey, tmp_
     model = jax.tree.map(lambda a: a + 0.01 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape)
                          if eqx.is_inexact_array(a) else a, model)  # fmt: skip
     wbc.save_model(tmp_path, model)
-    back = wbc.load_model(tmp_path)
+    back = load_model(tmp_path)
     _same(back, model)
     assert back.transformer.scheme == model.transformer.scheme
     assert back.transformer.steps_per_layer == model.transformer.steps_per_layer
@@ -70,7 +74,7 @@ def test_load_run_returns_the_trained_model_of_a_run_folder(getkey, rng, tmp_pat
                        checkpoint_every=3, progress=False)  # fmt: skip
     back = wbc.load_run(tmp_path)
     _same(back, result.model)
-    assert wbc.params_sha256(back) == json.loads((tmp_path / "model.json").read_text())[
+    assert params_sha256(back) == json.loads((tmp_path / "model.json").read_text())[
         "params_sha256"]  # fmt: skip
     assert back.transformer.steps_per_layer == 2
     # The first training inputs (no held-out data given) come with it, for the analyses.
@@ -110,10 +114,120 @@ def test_nothing_outside_workbench_is_rebuilt(getkey, tmp_path):
         wbc.save_model(tmp_path, Foreign(jnp.ones(2)))
     model = tiny_model(getkey())
     with pytest.raises(ValueError, match=r"model\['f'\]: the function numpy.tanh is not"):
-        wbc.model_structure({"f": np.tanh})
+        model_structure({"f": np.tanh})
     wbc.save_model(tmp_path, model)
     info = json.loads((tmp_path / "model.json").read_text())
     info["structure"]["module"] = "os:system"
-    (tmp_path / "model.json").write_text(json.dumps(info))
+    _write_with_hash(tmp_path / "model.json", info)
     with pytest.raises(ValueError, match="'os:system' is not a workbench class"):
-        wbc.load_model(tmp_path)
+        load_model(tmp_path)
+
+
+def _write_with_hash(path, info):
+    """`info` written to `path` with a structure hash that matches its (edited) structure: a
+    crafted file, which only the name checks can refuse."""
+    text = json.dumps(info["structure"], sort_keys=True, separators=(",", ":"))
+    info["structure_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    path.write_text(json.dumps(info))
+
+
+def _entries(spec, key):
+    """The dicts of a saved structure that hold `key` ("module" or "function")."""
+    if isinstance(spec, dict):
+        if key in spec:
+            yield spec
+        for v in spec.values():
+            yield from _entries(v, key)
+    elif isinstance(spec, list):
+        for v in spec:
+            yield from _entries(v, key)
+
+
+REFUSED = [
+    "os:system",
+    "workbench.io:os.system",
+    "workbench.io:subprocess.run",
+    "workbench.control._saved_models:importlib.import_module",
+    "workbench.control:load_model.__globals__",
+    "workbench.control._models:ControlledModel.__init__.__globals__",
+    "workbench.__init__:io",
+    "workbench.control._models:<locals>.Hidden",
+    "workbench.control._models:jnp.zeros",
+    "workbench.io:Path.home",
+    "workbench.control:ControlledModel",  # a re-export: the class, but not under its own name
+]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A finished training run's folder (one step), made once for the module."""
+    folder = tmp_path_factory.mktemp("run")
+    model = tiny_model(jax.random.key(0), steps_per_layer=2)
+    data = tiny_data(np.random.default_rng(0), n=8)
+    result = wbc.train(wbc.TrainStep(optax.sgd(0.1)), model, data, steps=1, batch_size=4,
+                       run_dir=folder, progress=False)  # fmt: skip
+    return folder, result.model
+
+
+@pytest.mark.parametrize("where", ["module", "function"])
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_name_that_workbench_does_not_define_is_refused(trained_run, tmp_path, where, name):
+    """A real run folder's `model.json`, edited to name something outside workbench (directly,
+    or through a workbench module's imports or attributes), with a matching structure hash:
+    `load_run` refuses it naming the file, the place in the model and the name; the folder as
+    written loads, by value."""
+    run, trained = trained_run
+    _same(wbc.load_run(run), trained)
+    shutil.copytree(run, tmp_path, dirs_exist_ok=True)
+    info = json.loads((tmp_path / "model.json").read_text())
+    entry = next(_entries(info["structure"], where))
+    entry[where] = name
+    _write_with_hash(tmp_path / "model.json", info)
+    with pytest.raises(ValueError) as refused:
+        wbc.load_run(tmp_path)
+    message = str(refused.value)
+    assert str(tmp_path / "model.json") in message
+    assert f"{name!r} is not a workbench class or function" in message
+    assert "refused" in message
+    with pytest.raises(ValueError, match="is not a workbench class or function"):
+        load_model(tmp_path)
+
+
+def test_an_edited_structure_is_refused_and_an_old_manifest_still_loads(getkey, tmp_path):
+    """`model.json`'s structure is covered by `structure_sha256`: a changed static field (steps
+    per layer, the scheme) is refused naming `model.json`; a manifest of format
+    `workbench.model/1` (no structure hash) still loads, by value."""
+    model = tiny_model(getkey(), scheme=wb.schemes.Strang(), steps_per_layer=3)
+    model = jax.tree.map(lambda a: a + 0.01 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape)
+                         if eqx.is_inexact_array(a) else a, model)  # fmt: skip
+    manifest = wbc.save_model(tmp_path, model)
+    original = json.loads(manifest.read_text())
+    assert original["format"] == "workbench.model/2"
+    _same(load_model(tmp_path), model)
+
+    def edited(change):
+        info = json.loads(json.dumps(original))
+        change(info["structure"])
+        manifest.write_text(json.dumps(info))
+        with pytest.raises(ValueError, match="model.json: the model's structure does not match"):
+            load_model(tmp_path)
+
+    def steps_per_layer(structure):
+        transformer = structure["fields"]["transformer"]["fields"]
+        assert transformer["steps_per_layer"] == 3
+        transformer["steps_per_layer"] = 4
+
+    def scheme(structure):
+        (entry,) = [e for e in _entries(structure, "module") if "Strang" in e["module"]]
+        entry["module"] = entry["module"].replace("_splitting:Strang", "_splitting:LieTrotter")
+
+    edited(steps_per_layer)
+    edited(scheme)
+    old = json.loads(json.dumps(original))
+    old["format"] = "workbench.model/1"
+    del old["structure_sha256"]
+    manifest.write_text(json.dumps(old))
+    back = load_model(tmp_path)
+    _same(back, model)
+    assert back.transformer.steps_per_layer == 3
+    assert back.transformer.scheme == model.transformer.scheme

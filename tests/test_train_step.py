@@ -1,6 +1,6 @@
 """The training step as a value (`wbc.TrainStep`): a loop written by hand around it is `train`;
 the NaN guard stops (naming the step and the arrays) or skips; a gradient method brings its own
-update rule; callbacks see every logged row and can be added to the standard ones."""
+update rule; the callbacks see every logged row, evaluation filled in."""
 
 import json
 
@@ -13,6 +13,9 @@ import optax
 import pytest
 
 import workbench.control as wbc
+from workbench.control import _callbacks
+from workbench.control._data import batch_indices
+from workbench.control._discretizations import with_discretization
 
 from helpers import tiny_data, tiny_model
 
@@ -35,7 +38,7 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
     run = eqx.filter_jit(step)
     losses = []
     for s in range(STEPS):
-        idx = wbc.batch_indices(3, s, len(data), BATCH)
+        idx = batch_indices(3, s, len(data), BATCH)
         state, info = run(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
         assert bool(info["finite"])
         losses.append(float(info["loss"]))
@@ -47,15 +50,12 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
     np.testing.assert_allclose([r["loss"] for r in result.history], losses, rtol=1e-12)
 
 
-def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng, monkeypatch):
+def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng):
     """The augmentation's key is an argument of the compiled step, not a constant in it: the
     programs of two seeds are the same text, so the second is read back from JAX's persistent
-    compilation cache instead of compiled again (in another process: here the process's own
-    reuse of programs is off, so each run lowers its own)."""
-    from workbench.control import _trainer
-    from workbench.control._trainer import _CompiledStep, _Mesh
-
-    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)
+    compilation cache instead of compiled again (in another process: here the process's traced
+    programs are cleared, so each run lowers its own)."""
+    from workbench.control._mesh import BatchMesh, CompiledStep, _step_program
 
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     step = _step(augment=wbc.random_shift(1))
@@ -63,10 +63,10 @@ def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng, mo
     xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
     texts = []
     for seed in (0, 1):
+        _step_program.clear_cache()
         state = step.init(model, key=jax.random.key(seed))
-        compiled = _CompiledStep(step, state, _Mesh(None, BATCH), shard_params=False)
-        lowered = compiled.step.lower(params, state.opt_state, xs, ys, jnp.asarray(0), state.key)
-        texts.append(lowered.as_text())
+        compiled = CompiledStep(step, state, BatchMesh(None, BATCH), shard_params=False)
+        texts.append(compiled.lower(params, state.opt_state, xs, ys, 0).as_text())
     assert texts[0] == texts[1]
 
 
@@ -77,8 +77,8 @@ def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_
     structure (another seed, another `default_optimizer` setting, another `random_shift(1)`
     call), and a run on the reused program ends with the parameters of a run on a program of its
     own, bit for bit. Another objective weight, or an optax transformation made anew, is another
-    program."""
-    from workbench.control import _trainer
+    program. The reuse is JAX's own cache of the module-level `jax.jit` of the step."""
+    from workbench.control._mesh import _step_program
 
     traces = []
     call = wbc.TrainStep.__call__
@@ -88,7 +88,7 @@ def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_
         return call(self, state, batch)
 
     monkeypatch.setattr(wbc.TrainStep, "__call__", counted)
-    monkeypatch.setattr(_trainer, "_PROGRAMS", type(_trainer._PROGRAMS)())
+    _step_program.clear_cache()
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
 
     def run(seed, lr=1e-2, kinetic=None, optimizer=None):
@@ -103,40 +103,36 @@ def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_
     first = run(0)
     reused = [run(1), run(2, lr=3e-3)]
     assert len(traces) == 1
-    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)  # every run its own program from here
-    _trainer._PROGRAMS.clear()
-    assert [run(1), run(2, lr=3e-3)] == reused and len(traces) == 3
+    fresh = []
+    for seed, lr in ((1, 1e-2), (2, 3e-3)):  # each run on a program traced anew
+        _step_program.clear_cache()
+        fresh.append(run(seed, lr=lr))
+    assert fresh == reused and len(traces) == 3
     assert len({first, *reused}) == 3  # the seeds and rates do change the runs
-    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 8)
     run(0, kinetic=0.1), run(1, kinetic=0.1), run(0, kinetic=0.2)
     assert len(traces) == 5
     run(0, optimizer=optax.adam(1e-2)), run(0, optimizer=optax.adam(1e-2))
     assert len(traces) == 7
 
 
-def test_runs_that_differ_in_their_optimizer_settings_compile_one_program(
-    getkey, rng, monkeypatch
-):
+def test_runs_that_differ_in_their_optimizer_settings_compile_one_program(getkey, rng):
     """`default_optimizer`'s numbers (peak rate, warm-up, length, weight decay, clipping norm)
     are its state, not constants of the step: the training steps of two settings are the same
-    program text (each lowered on its own: the process's reuse of programs is off)."""
-    from workbench.control import _trainer
-    from workbench.control._trainer import _CompiledStep, _Mesh
-
-    monkeypatch.setattr(_trainer, "_PROGRAMS_KEPT", 0)
+    program text (each lowered on its own: the process's traced programs are cleared)."""
+    from workbench.control._mesh import BatchMesh, CompiledStep, _step_program
 
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     params = eqx.filter(model, eqx.is_inexact_array)
     xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
     texts = []
     for lr, steps, warmup, wd, clip in [(1e-2, 8, 2, 0.05, 1.0), (3e-3, 500, 0, 0.1, 0.5)]:
+        _step_program.clear_cache()
         step = wbc.TrainStep(
             wbc.default_optimizer(lr, steps=steps, warmup=warmup, weight_decay=wd, clip=clip)
         )
         state = step.init(model, key=jax.random.key(0))
-        compiled = _CompiledStep(step, state, _Mesh(None, BATCH), shard_params=False)
-        lowered = compiled.step.lower(params, state.opt_state, xs, ys, jnp.asarray(0), state.key)
-        texts.append(lowered.as_text())
+        compiled = CompiledStep(step, state, BatchMesh(None, BATCH), shard_params=False)
+        texts.append(compiled.lower(params, state.opt_state, xs, ys, 0).as_text())
     assert texts[0] == texts[1]
 
 
@@ -189,7 +185,7 @@ def _poisoned(rng, steps_with_nan):
     data = tiny_data(rng, n=24)
     x = data.inputs.copy()
     for s in steps_with_nan:
-        x[wbc.batch_indices(0, s, len(x), 2)[0], 0, 0] = np.nan
+        x[batch_indices(0, s, len(x), 2)[0], 0, 0] = np.nan
     return wbc.Dataset(x, data.targets)
 
 
@@ -217,7 +213,7 @@ def test_skipped_steps_leave_the_parameters_and_stop_after_too_many(getkey, rng)
     state = wbc.TrainStep(optax.sgd(0.1)).init(model, key=jax.random.key(0))
     plain = eqx.filter_jit(wbc.TrainStep(optax.sgd(0.1)))
     for s in range(STEPS):
-        idx = wbc.batch_indices(0, s, len(data), 2)
+        idx = batch_indices(0, s, len(data), 2)
         if s == 5:
             continue
         state, _ = plain(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
@@ -251,7 +247,15 @@ def test_a_method_brings_its_own_update_rule(getkey, rng):
         wbc.train(model, model, data, steps=3, batch_size=8)
 
 
-class _Recorder(wbc.AbstractCallback):
+def _probe(monkeypatch, callback):
+    """`train`'s own callbacks followed by `callback` (the test's view of the hooks)."""
+    from workbench.control import _callbacks, _trainer
+
+    standard = _callbacks.standard_callbacks
+    monkeypatch.setattr(_trainer, "standard_callbacks", lambda *a, **k: [*standard(*a, **k), callback])
+
+
+class _Recorder(_callbacks.AbstractCallback):
     def __init__(self):
         self.events = []
 
@@ -268,12 +272,12 @@ class _Recorder(wbc.AbstractCallback):
         self.events.append(("end", run.done))
 
 
-def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path):
+def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path, monkeypatch):
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     recorder = _Recorder()
+    _probe(monkeypatch, recorder)
     result = wbc.train(_step(), model, data, steps=STEPS, batch_size=BATCH, log_every=3,
-                       eval_data=data, eval_every=3, run_dir=tmp_path, progress=False,
-                       callbacks=[recorder])  # fmt: skip
+                       eval_data=data, eval_every=3, run_dir=tmp_path, progress=False)  # fmt: skip
     kinds = [e[0] for e in recorder.events]
     assert kinds[0] == "start" and kinds[-1] == "end"
     assert [e[1] for e in recorder.events if e[0] == "step"] == list(range(1, STEPS + 1))
@@ -285,9 +289,9 @@ def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path):
     assert len(lines) == 1 + len(rows)
     # Resumed on the finished folder: the start sees the restored step, no step runs.
     again = _Recorder()
+    _probe(monkeypatch, again)
     wbc.train(_step(), model, data, steps=STEPS, batch_size=BATCH, log_every=3,
-              eval_data=data, eval_every=3, run_dir=tmp_path, progress=False,
-              callbacks=[again])  # fmt: skip
+              eval_data=data, eval_every=3, run_dir=tmp_path, progress=False)  # fmt: skip
     assert again.events == [("start", STEPS), ("end", STEPS)]
 
 
@@ -304,7 +308,7 @@ def test_divergence_as_a_value_keeps_the_last_good_model(getkey, rng):
     state = _step().init(model, key=jax.random.key(0))
     run = eqx.filter_jit(_step())
     for s in range(5):
-        idx = wbc.batch_indices(0, s, len(data), 2)
+        idx = batch_indices(0, s, len(data), 2)
         state, _ = run(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
     chex.assert_trees_all_close(eqx.filter(state.model, eqx.is_inexact_array),
                                 eqx.filter(failed.model, eqx.is_inexact_array), rtol=1e-12,
@@ -326,20 +330,20 @@ def test_multi_resolution_solves_each_batch_at_the_drawn_step_count(getkey, rng)
     run, plain = eqx.filter_jit(step), eqx.filter_jit(_step())  # plain: a program per k
     drawn = []
     for s in range(6):
-        idx = wbc.batch_indices(5, s, len(data), BATCH)
+        idx = batch_indices(5, s, len(data), BATCH)
         batch = (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx]))
         key = jax.random.fold_in(jax.random.fold_in(state.key, s), 1)
         k = ks[int(multi.index(key, jnp.asarray(s)))]
         drawn.append(k)
         # The same update by hand: the model (and the optimizer's model-shaped moments) at k
         # steps per layer, the plain step.
-        fine = wbc.with_discretization((state.model, state.opt_state), None, k)
+        fine = with_discretization((state.model, state.opt_state), None, k)
         by_hand, _ = plain(wbc.TrainState(*fine, state.step, state.key), batch)
         state, info = run(state, batch)
         assert state.model.transformer.steps_per_layer == 1
         chex.assert_trees_all_close(
             eqx.filter(state.model, eqx.is_inexact_array),
-            eqx.filter(wbc.with_discretization(by_hand.model, None, 1), eqx.is_inexact_array),
+            eqx.filter(with_discretization(by_hand.model, None, 1), eqx.is_inexact_array),
             rtol=1e-10, atol=1e-12,  # two programs (a switch and a plain step): round-off
         )  # fmt: skip
     assert len(set(drawn)) > 1, drawn  # six steps drew more than one step count

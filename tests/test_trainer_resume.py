@@ -20,7 +20,7 @@ import pytest
 
 import workbench.analysis as wba
 import workbench.control as wbc
-from workbench.control import _trainer
+from workbench.control import _callbacks, _checkpoint, _fingerprint, _mesh, _trainer
 
 from helpers import tiny_data, tiny_model, train
 
@@ -155,7 +155,7 @@ def test_the_fingerprint_is_the_same_in_another_process():
         jax.config.update("jax_enable_x64", True)
         import equinox as eqx, numpy as np
         import workbench.control as wbc
-        from workbench.control import _trainer
+        from workbench.control import _fingerprint
         from helpers import tiny_data, tiny_model
 
         model = tiny_model(jax.random.key(0), d=8, layers=1)
@@ -163,8 +163,8 @@ def test_the_fingerprint_is_the_same_in_another_process():
         opt = wbc.default_optimizer(1e-2, steps=6, warmup=2)
         state = opt.init(eqx.filter(model, eqx.is_inexact_array))
         step = wbc.TrainStep(opt, augment=wbc.random_shift(1))
-        fp = _trainer._fingerprint(model, data, train_step=step, opt_state=state, seed=0,
-                                   batch_size=4, steps=6)
+        fp = _fingerprint.run_fingerprint(model, data, train_step=step, opt_state=state,
+                                          seed=0, batch_size=4, steps=6)
         print(json.dumps(fp))
         """
     )
@@ -176,7 +176,7 @@ def test_the_fingerprint_is_the_same_in_another_process():
     import equinox as eqx
 
     model, opt = _model(), _optimizer()
-    here = _trainer._fingerprint(
+    here = _fingerprint.run_fingerprint(
         model, _data(), train_step=wbc.TrainStep(opt, augment=wbc.random_shift(1)),
         opt_state=opt.init(eqx.filter(model, eqx.is_inexact_array)), seed=0, batch_size=4,
         steps=6,
@@ -192,7 +192,7 @@ def test_structure_mismatch_is_refused_and_corruption_falls_back(tmp_path):
     """`CheckpointManager.restore`: a state with fewer leaves (which equinox would read without
     complaint) or another shape raises `CheckpointMismatch` and changes nothing; a truncated
     newest data file is corruption: a warning and the previous checkpoint."""
-    manager = wbc.CheckpointManager(tmp_path, fingerprint={"run": 1})
+    manager = _checkpoint.CheckpointManager(tmp_path, fingerprint={"run": 1})
     saved = {1: (np.arange(3.0), np.ones((2, 2))), 2: (np.arange(3.0) + 1, np.ones((2, 2)))}
     for step, state in saved.items():
         manager.save(step, state)
@@ -240,7 +240,7 @@ def test_training_time_continues_across_a_resume(finished, tmp_path):
     assert resumed.compile_time_s == first.compile_time_s == manifest["metadata"]["compile_time_s"]
     assert resumed.steps_per_second * elapsed[-1] == pytest.approx(STEPS - 2, rel=1e-12)
     rows = (folder / "metrics.csv").read_text().splitlines()[1:]
-    column = _trainer.METRICS.index("elapsed_s")
+    column = _callbacks.METRICS.index("elapsed_s")
     np.testing.assert_allclose([float(r.split(",")[column]) for r in rows], elapsed, rtol=1e-15)
     from studies import _training as T
 
@@ -262,7 +262,7 @@ def test_the_next_batch_is_prepared_before_waiting_for_the_step(monkeypatch):
     dispatched and before the host waits for step s's result; the parameters equal those of
     a step-by-step reference loop (optax on the same batches)."""
     events = []
-    real_batch = _trainer.batch_indices
+    real_batch = _mesh.batch_indices
     real_wait = _trainer._finite_on_host
 
     def batch(seed, step, n, size):
@@ -273,7 +273,7 @@ def test_the_next_batch_is_prepared_before_waiting_for_the_step(monkeypatch):
         events.append(("wait", sum(e[0] == "wait" for e in events)))
         return real_wait(flag)
 
-    monkeypatch.setattr(_trainer, "batch_indices", batch)
+    monkeypatch.setattr(_mesh, "batch_indices", batch)
     monkeypatch.setattr(_trainer, "_finite_on_host", wait)
     steps = 4
     result = train(_model(), _data(), steps=steps, batch_size=BATCH, optimizer=optax.sgd(0.1),
@@ -446,33 +446,50 @@ def test_analysis_only_fields_leave_the_study_fingerprint_unchanged(study):
     ]
 
 
-class _SignalAt(wbc.AbstractCallback):
+class _SignalAt(_callbacks.AbstractCallback):
     """Sends `signum` to this process after step `step` (the loop sees it at the next step)."""
 
     def __init__(self, signum, step):
         self.signum, self.step = signum, step
 
+    def on_start(self, run):
+        del run
+
+    def on_log(self, run, row):
+        del run, row
+
     def on_step(self, run):
         if run.done == self.step:
             os.kill(os.getpid(), self.signum)
 
+    def on_end(self, run):
+        del run
+
+
+def _signal_at(monkeypatch, signum, step):
+    """`train`'s own callbacks followed by `_SignalAt(signum, step)`."""
+    standard = _callbacks.standard_callbacks
+    monkeypatch.setattr(_trainer, "standard_callbacks",
+                        lambda *a, **k: [*standard(*a, **k), _SignalAt(signum, step)])  # fmt: skip
+
 
 @pytest.mark.parametrize("ignored", [False, True])
-def test_sigint_stops_a_run_unless_the_process_ignores_it(tmp_path, ignored):
+def test_sigint_stops_a_run_unless_the_process_ignores_it(tmp_path, ignored, monkeypatch):
     """SIGINT after step 2 stops the run after step 3 with a checkpoint there (Ctrl-C), unless
     the process ignores SIGINT (a shell script's background job): then the run trains on to
     its last step, and SIGINT is still ignored afterwards."""
     import signal
 
     before = signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else signal.default_int_handler)
+    _signal_at(monkeypatch, signal.SIGINT, 2)
     try:
         if ignored:
-            result = _train(tmp_path, callbacks=[_SignalAt(signal.SIGINT, 2)])
+            result = _train(tmp_path)
             assert [row["step"] for row in result.history] == list(range(1, STEPS + 1))
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         else:
             with pytest.raises(KeyboardInterrupt, match="SIGINT after step 3"):
-                _train(tmp_path, callbacks=[_SignalAt(signal.SIGINT, 2)])
+                _train(tmp_path)
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
             steps = [json.loads(p.read_text())["step"] for p in (tmp_path / "checkpoints").rglob("*.json")
                      if p.name != "fingerprint.json"]  # fmt: skip

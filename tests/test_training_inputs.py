@@ -10,6 +10,7 @@ import optax
 import pytest
 
 import workbench.control as wbc
+from workbench.control._data import check_data
 
 from helpers import randomize_head, tiny_data, tiny_model, train
 
@@ -277,7 +278,7 @@ def test_token_ids_and_sequence_targets_outside_the_vocabulary_are_refused(getke
     ids = rng.integers(0, 6, (16, 5)).astype(np.int32)
     targets = np.where(np.arange(5) < 2, -1, np.roll(ids, -1, axis=1)).astype(np.int32)
     good = wbc.Dataset(ids, targets)
-    wbc.check_data(model, good)  # -1 on the prompt positions: ignored, accepted
+    check_data(model, good)  # -1 on the prompt positions: ignored, accepted
     for bad in (6, -2):
         inputs = ids.copy()
         inputs[3, 4] = bad

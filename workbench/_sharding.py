@@ -31,6 +31,12 @@ def to_host(array: jax.Array) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(array, tiled=True))
 
 
+def on_host(tree):
+    """The array leaves of `tree` as host NumPy arrays, gathered across processes where sharded
+    (`to_host`: a collective, so every process calls this at the same points)."""
+    return jax.tree.map(lambda x: to_host(x) if isinstance(x, jax.Array) else x, tree)
+
+
 class CellMesh:
     """A one-axis mesh (`"cells"`) over `devices` (default: `jax.devices()`, every device of every
     process).

@@ -3,54 +3,25 @@ r"""Training as optimal control of the Transformer equation (docs/control.md).
 A `TrainStep` (an optax optimizer, an `Objective` — a terminal loss through a readout head plus
 running costs on the trajectory and the controls —, a gradient method, an augmentation) is one
 pure step of a `ControlledModel` (embedding → equation → head); `train` runs it over seeded
-batches and devices, with callbacks for checkpoints and exact resume, metrics, evaluation and
-progress.
+batches and devices, with checkpoints and exact resume, metrics, evaluation and progress.
 """
 
-from ._adjoint import (
-    OptimizeThenDiscretize as OptimizeThenDiscretize,
-    costate_gradient as costate_gradient,
-)
-from ._callbacks import (
-    METRICS as METRICS,
-    AbstractCallback as AbstractCallback,
-    Checkpoints as Checkpoints,
-    Evaluate as Evaluate,
-    MetricsCSV as MetricsCSV,
-    Progress as Progress,
-    Run as Run,
-    standard_callbacks as standard_callbacks,
-)
+from ._adjoint import OptimizeThenDiscretize as OptimizeThenDiscretize
 from ._certificate import (
-    Certificate as Certificate,
-    RefinementAccuracy as RefinementAccuracy,
     certify as certify,
     refinement_accuracy as refinement_accuracy,
 )
-from ._checkpoint import (
-    CheckpointManager as CheckpointManager,
-    CheckpointMismatch as CheckpointMismatch,
-    params_sha256 as params_sha256,
-)
-from ._data import (
-    Dataset as Dataset,
-    batch_indices as batch_indices,
-    check_data as check_data,
-)
+from ._checkpoint import CheckpointMismatch as CheckpointMismatch
+from ._data import Dataset as Dataset
 from ._discretizations import (
-    AbstractTrainingDiscretization as AbstractTrainingDiscretization,
     MultiResolution as MultiResolution,
     OwnDiscretization as OwnDiscretization,
-    with_discretization as with_discretization,
 )
 from ._gradients import (
     AbstractGradientMethod as AbstractGradientMethod,
     DiscretizeThenOptimize as DiscretizeThenOptimize,
 )
-from ._inference import (
-    AdaptiveAccuracy as AdaptiveAccuracy,
-    adaptive_accuracy as adaptive_accuracy,
-)
+from ._inference import adaptive_accuracy as adaptive_accuracy
 from ._models import (
     ClassifierHead as ClassifierHead,
     ControlledModel as ControlledModel,
@@ -75,15 +46,9 @@ from ._objective import (
     KineticEnergy as KineticEnergy,
     Objective as Objective,
 )
-from ._optimizer import (
-    DefaultOptimizerState as DefaultOptimizerState,
-    default_optimizer as default_optimizer,
-)
+from ._optimizer import default_optimizer as default_optimizer
 from ._saved_models import (
-    SaveModel as SaveModel,
-    load_model as load_model,
     load_run as load_run,
-    model_structure as model_structure,
     run_inputs as run_inputs,
     save_model as save_model,
 )

@@ -18,6 +18,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from .._equation import PreNorm
 from .._integrate import integrate
@@ -167,6 +168,9 @@ class OptimizeThenDiscretize(AbstractGradientMethod):
     continuous problem at the scheme's order, so it differs from `DiscretizeThenOptimize` by
     `O(τ^p)` (the `adjoint-accuracy` study measures the order). Pre-norm equations with
     piecewise-constant controls."""
+
+    def optimizer(self, proposed: optax.GradientTransformation) -> optax.GradientTransformation:
+        return proposed  # a gradient: applied by the caller's optimizer
 
     def value_and_direction(self, objective, model, xs, ys):
         _check(model)

@@ -15,6 +15,7 @@ Several processes (`jax.distributed`) run every callback; process 0 alone writes
 (`run.writes`).
 """
 
+import abc
 import contextlib
 import csv
 import dataclasses
@@ -31,7 +32,7 @@ import numpy as np
 
 from .._checks import positive_int
 from .._progress import progress_bar
-from .._sharding import to_host
+from .._sharding import on_host
 from ..io import atomic_write_json, atomic_write_text
 from ._checkpoint import (
     CheckpointManager,
@@ -42,6 +43,7 @@ from ._checkpoint import (
 )
 from ._data import Dataset, check_data, even_batches
 from ._objective import accuracy
+from ._saved_models import MANIFEST, save_model
 from ._train_step import TrainState, TrainStep
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "MetricsCSV",
     "Progress",
     "Run",
+    "SaveModel",
     "standard_callbacks",
 ]
 
@@ -71,12 +74,6 @@ run's cumulative training time at that step, in seconds: the wall time of the st
 the step's result on the host, the next batch prepared meanwhile), without each process's first
 step (compilation) and without evaluation, logging and checkpoint writing; it continues across a
 kill and resume (the checkpoint stores it), so it never decreases along the file."""
-
-
-def on_host(tree):
-    """The array leaves as host NumPy arrays, gathered across processes where sharded
-    (`to_host`: a collective, so every process calls this at the same points)."""
-    return jax.tree.map(lambda x: to_host(x) if isinstance(x, jax.Array) else x, tree)
 
 
 @dataclasses.dataclass(eq=False)
@@ -132,21 +129,26 @@ class Run:
         return self.timed_steps / self.train_seconds if self.train_seconds > 0 else float("nan")
 
 
-class AbstractCallback:
-    """Hooks around the training steps (see the module docstring); each does nothing unless a
-    subclass overrides it."""
+class AbstractCallback(abc.ABC):
+    """Hooks around the training steps (see the module docstring). Every callback implements
+    all four (a hook it does not need does nothing), as equinox's abstract/final rule has it: an
+    abstract class declares, a final one implements, nothing is overridden."""
 
+    @abc.abstractmethod
     def on_start(self, run: Run) -> None:
-        del run
+        """Once, before the first step."""
 
+    @abc.abstractmethod
     def on_log(self, run: Run, row: dict) -> None:
-        del run, row
+        """On every logged step, with its metrics row (which it may fill in)."""
 
+    @abc.abstractmethod
     def on_step(self, run: Run) -> None:
-        del run
+        """After every applied step."""
 
+    @abc.abstractmethod
     def on_end(self, run: Run) -> None:
-        del run
+        """Once at the end, however the run ends."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,6 +237,12 @@ class Checkpoints(AbstractCallback):
             self.manager.save(run.done, (host_params, host_state), metadata)
         run.last_checkpoint = (run.done, self.manager.folder)
 
+    def on_log(self, run: Run, row: dict) -> None:
+        del run, row
+
+    def on_end(self, run: Run) -> None:
+        del run
+
 
 # --------------------------------------------------------------------------------------------
 # Metrics, evaluation, progress
@@ -264,6 +272,9 @@ class MetricsCSV(AbstractCallback):
             self.writer.writerow({k: ("" if row[k] is None else row[k]) for k in METRICS})
             self.file.flush()
 
+    def on_step(self, run: Run) -> None:
+        del run
+
     def on_end(self, run: Run) -> None:
         if self.file is not None:
             self.file.close()
@@ -289,6 +300,12 @@ class Evaluate(AbstractCallback):
     def on_log(self, run: Run, row: dict) -> None:
         if row["step"] % self.every == 0 or row["step"] == run.steps:
             row["eval_accuracy"] = held_out_accuracy(run.model, self.data)
+
+    def on_step(self, run: Run) -> None:
+        del run
+
+    def on_end(self, run: Run) -> None:
+        del run
 
 
 class Progress(AbstractCallback):
@@ -351,13 +368,54 @@ def standard_callbacks(
         callbacks.append(Checkpoints(run_dir / "checkpoints", every=checkpoint_every, keep=keep,
                                      fingerprint=fingerprint))  # fmt: skip
     if run_dir is not None:
-        from ._saved_models import SaveModel
-
         callbacks.append(MetricsCSV(run_dir / "metrics.csv"))
         held_out = None if eval_data is None else eval_data.inputs
         callbacks.append(SaveModel(run_dir, inputs=held_out))
     callbacks.append(Progress(progress))
     return callbacks
+
+
+class SaveModel(AbstractCallback):
+    """At the end of a finished run, `save_model(folder, model, inputs=...)` with the first
+    `examples` inputs of `inputs` (default: of the training data) (process 0 writes; every
+    process gathers sharded parameters). A run that stopped early (a signal, a divergence)
+    saves nothing; a finished run called again leaves identical files as they are."""
+
+    def __init__(self, folder, *, inputs=None, examples: int = 8):
+        self.folder = pathlib.Path(folder)
+        self.inputs = inputs
+        self.examples = int(examples)
+
+    def on_start(self, run: Run) -> None:
+        del run
+
+    def on_log(self, run: Run, row: dict) -> None:
+        del run, row
+
+    def on_step(self, run: Run) -> None:
+        del run
+
+    def on_end(self, run: Run) -> None:
+        if run.done != run.steps:
+            return
+        model = on_host(run.model)  # a collective where sharded: every process
+        if not run.writes:
+            return
+        manifest = self.folder / MANIFEST
+        if manifest.exists():
+            try:
+                same = json.loads(manifest.read_text(encoding="utf-8")).get(
+                    "params_sha256"
+                ) == params_sha256(model)
+            except (OSError, ValueError):
+                same = False
+            if same:
+                return
+        held_out = self.inputs is not None
+        inputs = (self.inputs if held_out else run.data.inputs)[: self.examples]
+        save_model(self.folder, model, inputs=inputs, metadata={
+            "steps": run.steps, "seed": run.seed,
+            "inputs": "held-out" if held_out else "training"})  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

@@ -181,8 +181,8 @@ def describe(value, *, array_values: bool = True, _depth: int = 0):
     if isinstance(value, eqx.Module) or (
         dataclasses.is_dataclass(value) and not isinstance(value, type)
     ):
-        # Fields a class added later (`_fingerprint_optional`) are left out at their default, so
-        # that a run written before the field existed still resumes.
+        # Fields named in `_fingerprint_optional` are left out at their default, so that a
+        # fingerprint without them matches one where they hold it.
         optional = getattr(type(value), "_fingerprint_optional", ())
         fields = {
             f.name: deeper(getattr(value, f.name, None))
@@ -319,8 +319,8 @@ class CheckpointManager:
                 )
                 continue
             changed = differences(fingerprint, self.fingerprint)
-            # Manifests written before the structure was recorded have none: an intact data file
-            # that does not fit `like` below is then the mismatch.
+            # A manifest without a structure (the field is optional): an intact data file that
+            # does not fit `like` below is then the mismatch.
             if "structure" in info:
                 changed += differences(info["structure"], want, "state")
             if changed:

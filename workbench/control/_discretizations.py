@@ -163,7 +163,7 @@ class MultiResolution(AbstractTrainingDiscretization):
     scheme: AbstractSplittingScheme | None = None
     coarsen: tuple[int, ...] = eqx.field(static=True, default=())
     _fingerprint_optional: ClassVar[tuple[str, ...]] = ("coarsen",)
-    # (added after runs were written: left out of a run's fingerprint while empty)
+    # (left out of a run's fingerprint while empty: a fingerprint without it matches)
 
     def __check_init__(self):
         ks = self.steps_per_layer

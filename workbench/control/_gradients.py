@@ -22,11 +22,11 @@ class AbstractGradientMethod(eqx.Module):
     def value_and_direction(self, objective, model, xs, ys):
         """`((J, aux), direction)` on the batch `(xs, ys)`."""
 
+    @abc.abstractmethod
     def optimizer(self, proposed: optax.GradientTransformation) -> optax.GradientTransformation:
         """The optax transformation that applies this method's direction: `proposed` (the
         caller's optimizer) for a gradient; a method whose direction is already the update
         returns its own (`SuccessiveApproximations`: `optax.sgd(1.0)`)."""
-        return proposed
 
 
 class DiscretizeThenOptimize(AbstractGradientMethod):
@@ -42,6 +42,9 @@ class DiscretizeThenOptimize(AbstractGradientMethod):
 
     def __check_init__(self):
         check_checkpointing(self.adjoint)
+
+    def optimizer(self, proposed: optax.GradientTransformation) -> optax.GradientTransformation:
+        return proposed  # a gradient: applied by the caller's optimizer
 
     def value_and_direction(self, objective, model, xs, ys):
         kwargs = {} if self.adjoint is None else {"adjoint": self.adjoint}

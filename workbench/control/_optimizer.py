@@ -17,8 +17,6 @@ program.
 """
 
 import math
-import weakref
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -26,11 +24,6 @@ import jax.numpy as jnp
 import optax
 
 __all__ = ["DefaultOptimizerState", "default_optimizer"]
-
-# The arguments of the optimizers `default_optimizer` made, by their `init` function (weak
-# keys: an entry goes with its optimizer; the `update` function is one for all of them).
-_OPTIMIZER_ARGUMENTS: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
-
 
 class DefaultOptimizerState(NamedTuple):
     """The state of `default_optimizer`.
@@ -69,7 +62,7 @@ def _update(updates, state, params=None):
     h = state.hyperparams
     rate = _rate(state.count, state.schedule).astype(optax.tree.dtype(params, "highest"))
     # optax.clip_by_global_norm's arithmetic, with the norm cast to each update's dtype:
-    # a run-time `clip` array is not weakly typed, as the Python float it replaces was.
+    # a run-time `clip` array is not weakly typed, as a Python float would be.
     g_norm = optax.tree.norm(updates)
     trigger = jnp.squeeze(g_norm < h["clip"])
     updates = jax.tree.map(
@@ -102,7 +95,8 @@ def default_optimizer(
     `final_fraction · learning_rate` at `steps`, after clipping the global gradient norm to
     `clip`. Every number is part of the state (`DefaultOptimizerState`), so one compiled step
     serves every setting; the current rate is `state.hyperparams["learning_rate"]`, which the
-    trainer logs."""
+    trainer logs. The arguments are recorded as data on the transformation's `init` function
+    (`optimizer.init.arguments`), for a training run's fingerprint."""
     for name, value in (("learning_rate", learning_rate), ("clip", clip)):
         if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
             raise ValueError(f"{name}={value!r} must be a finite number > 0.")
@@ -129,14 +123,14 @@ def default_optimizer(
         inner = optax.adamw(0.0, weight_decay=weight_decay).init(params)
         return DefaultOptimizerState(jnp.zeros([], jnp.int32), hyperparams, schedule, inner)
 
-    optimizer = optax.GradientTransformation(init, _update)
     # An optax transformation is a pair of functions that cannot be compared; the arguments
-    # that made this one can, and join the run's fingerprint.
-    _OPTIMIZER_ARGUMENTS[optimizer.init] = {
+    # that made this one can: recorded on its `init` (one function per optimizer; `_update` is
+    # shared), they join a training run's fingerprint.
+    init.arguments = {
         "default_optimizer": {
             "learning_rate": float(learning_rate), "steps": int(steps), "warmup": int(warmup),
             "weight_decay": float(weight_decay), "clip": float(clip),
             "final_fraction": float(final_fraction),
         }
     }  # fmt: skip
-    return optimizer
+    return optax.GradientTransformation(init, _update)

@@ -4,13 +4,15 @@ r"""A trained model as files, read back without the code that built it: `save_mo
 `model.eqx` holds the arrays (`equinox.tree_serialise_leaves`: one `.npy` record per leaf, no
 pickle); `model.json` holds the model's *structure* as data — for every module its class (only
 workbench's own classes are accepted back) and its fields, for every array its dtype and shape,
-for every function (an activation) its name — plus the SHA-256 of the parameters and of the
-data file. Loading rebuilds the tree from the structure with zero arrays of the recorded shapes,
-reads the arrays into it and checks both hashes. Nothing from the file is executed: a class or
-function outside `workbench` is refused by name.
+for every function (an activation) its name — plus the SHA-256 of the parameters, of the
+data file and of the structure. Loading checks the structure's hash, rebuilds the tree from it
+with zero arrays of the recorded shapes, reads the arrays into it and checks the other two.
+Nothing from the file is executed: a name is resolved only to a class or function that
+workbench itself defines (`_resolve`); anything else — another package's, or one reached
+through a workbench module's imports such as `workbench.io:os.system` — is refused by name.
 
-A training run (`train(..., run_dir=DIR)`) writes both files into `DIR` when it finishes
-(`SaveModel`), so
+A training run with a run folder writes both files into it when it finishes (the `SaveModel`
+callback), so
 
 ```python
 model = wbc.load_run("runs/train-digits")        # the trained ControlledModel
@@ -21,7 +23,9 @@ works on any machine, without the optimizer's state or the study's code.
 """
 
 import dataclasses
+import hashlib
 import importlib
+import inspect
 import json
 import math
 import pathlib
@@ -31,15 +35,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._sharding import on_host
 from ..io import atomic_open, atomic_write_json
-from ._callbacks import AbstractCallback, Run, on_host
 from ._checkpoint import _sha256_file, params_sha256
 
-__all__ = ["SaveModel", "load_model", "load_run", "model_structure", "run_inputs", "save_model"]
+__all__ = ["load_model", "load_run", "model_structure", "run_inputs", "save_model"]
 
-FORMAT = "workbench.model/1"
+FORMAT = "workbench.model/2"
+_READS = ("workbench.model/1", FORMAT)
+"""`/2` adds `structure_sha256`, the hash of the structure, checked on load; a `/1` manifest
+(written without it) still loads, its structure unchecked."""
 MANIFEST, DATA, INPUTS = "model.json", "model.eqx", "inputs.npy"
 _PACKAGE = "workbench"
+
+
+def structure_sha256(structure) -> str:
+    """SHA-256 of the structure's canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(structure, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _name(obj) -> str:
@@ -79,6 +92,7 @@ def _encode(x, path: str):
                 f"{path}: {cls.__module__}.{cls.__qualname__} is not a workbench module; a saved "
                 "model is rebuilt from workbench's own classes only (the file runs no code)."
             )
+        _check_resolves(cls, path)
         fields = {f.name: _encode(getattr(x, f.name), f"{path}.{f.name}")
                   for f in dataclasses.fields(x)}  # fmt: skip
         return {"module": _name(cls), "fields": fields}
@@ -94,17 +108,61 @@ def _encode(x, path: str):
                 f"{path}: the function {x.__module__}.{x.__qualname__} is not workbench's; a saved "
                 "model names its functions (activations) from workbench only."
             )
+        _check_resolves(x, path)
         return {"function": _name(x)}
     raise ValueError(f"{path}: a {type(x).__name__} cannot be saved with a model.")
 
 
-def _resolve(name: str, path: str):
-    module, _, qualname = name.partition(":")
-    if not _ours(module) or not qualname:
-        raise ValueError(f"{path}: {name!r} is not a workbench class or function; refused.")
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
+def _refuse(name, path: str, why: str):
+    return ValueError(
+        f"{path}: {name!r} is not a workbench class or function ({why}); refused: a saved model "
+        "is rebuilt from workbench's own classes and functions only."
+    )
+
+
+def _check_resolves(obj, path: str) -> None:
+    """Refuse at save time what `load_model` could not find again by its name (a class made
+    inside a function, a wrapped or re-exported function)."""
+    try:
+        found = _resolve(_name(obj), path)
+    except ValueError:
+        found = None
+    if found is not obj:
+        raise ValueError(
+            f"{path}: {_name(obj)} cannot be saved: it is not reachable by that name as a class "
+            "or function of its module, so the saved model could not be read back."
+        )
+
+
+def _resolve(name, path: str):
+    """The class or function `name` (`"module:qualname"`, as `_name` writes it) names, when
+    workbench defines it: the module is a workbench module, every step of the qualname is a
+    plain public-or-private identifier (no dunder, no `<locals>`), every object on the way is a
+    class or function whose `__module__` is workbench's, and the object found is the one its own
+    `__module__:__qualname__` names. An attribute that is an import (`workbench.io:os.system`)
+    or a re-export of something foreign is refused, whatever the module it is reached from."""
+    if not isinstance(name, str) or name.count(":") != 1:
+        raise _refuse(name, path, "expected 'module:qualname'")
+    module, qualname = name.split(":")
+    parts, steps = module.split("."), qualname.split(".")
+    for part in (*parts, *steps):
+        if not part.isidentifier() or part.startswith("__"):
+            raise _refuse(name, path, f"{part!r} is not a plain identifier")
+    if not _ours(module):
+        raise _refuse(name, path, f"the module {module!r} is not workbench's")
+    try:
+        obj = importlib.import_module(module)
+    except ImportError:
+        raise _refuse(name, path, f"there is no module {module!r}") from None
+    for i, part in enumerate(steps):
+        obj = inspect.getattr_static(obj, part, None)
+        step = f"{module}:{'.'.join(steps[: i + 1])}"
+        if not (isinstance(obj, type) or inspect.isfunction(obj)) or not _ours(
+            getattr(obj, "__module__", None) or ""
+        ):
+            raise _refuse(name, path, f"{step} is not a class or function defined by workbench")
+        if _name(obj) != step:
+            raise _refuse(name, path, f"{step} is {_name(obj)} under another name")
     return obj
 
 
@@ -123,7 +181,10 @@ def _decode(spec, path: str):
         if "dict" in spec:
             return {k: _decode(v, f"{path}[{k!r}]") for k, v in spec["dict"].items()}
         if "function" in spec:
-            return _resolve(spec["function"], path)
+            fn = _resolve(spec["function"], path)
+            if not inspect.isfunction(fn):
+                raise _refuse(spec["function"], path, "a class where a function is recorded")
+            return fn
         if "module" in spec:
             cls = _resolve(spec["module"], path)
             if not (isinstance(cls, type) and issubclass(cls, eqx.Module)):
@@ -162,6 +223,7 @@ def save_model(
         "data_sha256": _sha256_file(folder / DATA),
         "params_sha256": params_sha256(model),
         "structure": structure,
+        "structure_sha256": structure_sha256(structure),
         "metadata": metadata or {},
     }
     if inputs is not None:
@@ -182,8 +244,18 @@ def _manifest(folder: pathlib.Path) -> dict:
         raise ValueError(
             f"{manifest} is not a readable saved model ({type(e).__name__}: {e})."
         ) from None
-    if info.get("format") != FORMAT:
-        raise ValueError(f"{manifest} has format {info.get('format')!r}; this reads {FORMAT!r}.")
+    if info.get("format") not in _READS:
+        raise ValueError(
+            f"{manifest} has format {info.get('format')!r}; this version of workbench reads "
+            f"{' and '.join(map(repr, _READS))}."
+        )
+    if info["format"] != _READS[0] and info.get("structure_sha256") != structure_sha256(
+        info.get("structure")
+    ):
+        raise ValueError(
+            f"{manifest}: the model's structure does not match its structure_sha256 (the file "
+            "was edited or damaged); refused, since the arrays would be read into another model."
+        )
     return info
 
 
@@ -198,7 +270,10 @@ def load_model(folder) -> eqx.Module:
         raise ValueError(
             f"{data} is missing or does not match the SHA-256 in {manifest} (damaged or replaced)."
         )
-    like = _decode(info["structure"], "model")
+    try:
+        like = _decode(info["structure"], "model")
+    except ValueError as e:
+        raise ValueError(f"{manifest}: {e}") from None
     with open(data, "rb") as f:
         model = eqx.tree_deserialise_leaves(f, like)
     if params_sha256(model) != info["params_sha256"]:
@@ -210,7 +285,8 @@ def load_run(run_dir) -> eqx.Module:
     r"""The trained model of a training run folder (`train(..., run_dir=DIR)`, or
     `workbench run train-digits --out DIR`): a `ControlledModel` with the scheme and steps per
     layer it was trained to be evaluated at, ready for `rediscretize`. No optimizer state, no
-    study code: the folder's `model.json` and `model.eqx` are enough.
+    study code: the folder's `model.json` and `model.eqx` are enough. A folder `save_model`
+    wrote loads the same way.
 
     A folder whose run has not finished, or that holds several trainings (a study that trains
     variants keeps one subfolder each), is a `ValueError` naming what to load instead.
@@ -247,37 +323,3 @@ def run_inputs(run_dir) -> np.ndarray:
     if not path.exists() or _sha256_file(path) != info["inputs_sha256"]:
         raise ValueError(f"{path} is missing or does not match the SHA-256 in {MANIFEST}.")
     return np.load(path, allow_pickle=False)
-
-
-class SaveModel(AbstractCallback):
-    """At the end of a finished run, `save_model(folder, model, inputs=...)` with the first
-    `examples` inputs of `inputs` (default: of the training data) (process 0 writes; every
-    process gathers sharded parameters). A run that stopped early (a signal, a divergence)
-    saves nothing; a finished run called again leaves identical files as they are."""
-
-    def __init__(self, folder, *, inputs=None, examples: int = 8):
-        self.folder = pathlib.Path(folder)
-        self.inputs = inputs
-        self.examples = int(examples)
-
-    def on_end(self, run: Run) -> None:
-        if run.done != run.steps:
-            return
-        model = on_host(run.model)  # a collective where sharded: every process
-        if not run.writes:
-            return
-        manifest = self.folder / MANIFEST
-        if manifest.exists():
-            try:
-                same = json.loads(manifest.read_text(encoding="utf-8")).get(
-                    "params_sha256"
-                ) == params_sha256(model)
-            except (OSError, ValueError):
-                same = False
-            if same:
-                return
-        held_out = self.inputs is not None
-        inputs = (self.inputs if held_out else run.data.inputs)[: self.examples]
-        save_model(self.folder, model, inputs=inputs, metadata={
-            "steps": run.steps, "seed": run.seed,
-            "inputs": "held-out" if held_out else "training"})  # fmt: skip

@@ -10,37 +10,24 @@ Started with other arguments on the same folder it refuses (`CheckpointMismatch`
 `Checkpoints`).
 """
 
-import collections
-import contextlib
 import dataclasses
 import enum
-import json
 import signal
 import time
-from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._callbacks import (
-    METRICS as METRICS,
-    AbstractCallback,
-    Run,
-    _positive,
-    held_out_accuracy,
-    on_host,
-    standard_callbacks,
-)
-from ._checkpoint import (
-    array_text,
-    describe,
-    params_sha256,
-)
-from ._data import Dataset, batch_indices, check_batch_size, check_data
+from .._sharding import on_host
+from ._callbacks import Run, _positive, held_out_accuracy, standard_callbacks
+from ._checkpoint import params_sha256
+from ._data import Dataset, check_batch_size, check_data
+from ._fingerprint import run_fingerprint
+from ._mesh import BatchMesh, CompiledStep
 from ._objective import CrossEntropy
-from ._optimizer import _OPTIMIZER_ARGUMENTS
+from ._signals import StopRequest
 from ._train_step import TrainState, TrainStep
 
 __all__ = [
@@ -75,64 +62,10 @@ def _learning_rate(opt_state) -> float | None:
     return None
 
 
-def _fingerprint(model, data, *, train_step, opt_state, seed, batch_size, steps) -> dict:
-    """What determines a run's trajectory, as a JSON-able dict (compared on resume):
-
-    - `model`: the model's structure — every module and static field (activation, scheme,
-      steps per layer, ...) and the dtype and shape of every parameter array (not the initial
-      values: a model initialized on another platform may differ in the last bits);
-    - `optimizer`: the structure, dtypes and shapes of the initial state of the step's update
-      rule, the values of its injected hyperparameters at step 0, and for a
-      `default_optimizer` its arguments. An optax transformation is a pair of functions, which
-      cannot be compared: two optimizers of the same state structure whose behaviour differs
-      otherwise (`sgd(0.1)` and `sgd(0.2)`, or the peak of a schedule warming up from 0) are
-      not told apart here; pass such settings in `Checkpoints`' `fingerprint`.
-    - `objective`, `method`, `augment`, `discretization`, `max_skipped`: the step's, with
-      every number (`describe`);
-    - `data`: the number of examples, the inputs' and targets' dtype and shape and a SHA-256 of
-      their contents;
-    - `seed`, `batch_size`, `steps`.
-    """
-    hyperparams = [
-        {k: describe(v) for k, v in state.hyperparams.items()}
-        for state in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "hyperparams"))
-        if hasattr(state, "hyperparams")
-    ]
-    inputs, targets = np.asarray(data.inputs), np.asarray(data.targets)
-    rule = train_step.method.optimizer(train_step.optimizer)
-    return _json({
-        "model": describe(model, array_values=False),
-        "optimizer": {
-            "state": describe(opt_state, array_values=False),
-            "hyperparams": hyperparams,
-            "arguments": _OPTIMIZER_ARGUMENTS.get(rule.init),
-        },
-        "objective": describe(train_step.objective),
-        "method": describe(train_step.method),
-        "augment": describe(train_step.augment),
-        "discretization": describe(train_step.discretization),
-        "max_skipped": train_step.max_skipped,
-        "data": {
-            "examples": len(data),
-            "inputs": array_text(inputs),
-            "targets": array_text(targets),
-            "sha256": params_sha256((inputs, targets)),
-        },
-        "seed": int(seed),
-        "batch_size": int(batch_size),
-        "steps": int(steps),
-    })  # fmt: skip
-
-
 def _finite_on_host(finite) -> bool:
     """The step's finiteness flag on the host: the loop's one wait for a step's result (the next
     batch is prepared before it)."""
     return bool(finite)
-
-
-def _json(value):
-    """`value` as it reads back from JSON (tuples become lists), for comparisons with a file."""
-    return json.loads(json.dumps(value))
 
 
 @dataclasses.dataclass
@@ -163,128 +96,6 @@ class TrainResult:
     message: str = ""
 
 
-class _Mesh:
-    """The devices of a run on a one-axis mesh: batches split along it, arrays replicated."""
-
-    def __init__(self, devices, batch_size: int):
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-        devices = list(jax.devices() if devices is None else devices)
-        self.size = len(devices)
-        if batch_size % self.size:
-            raise ValueError(
-                f"batch_size={batch_size} must be a multiple of the number of devices "
-                f"({self.size}) to split the batch evenly."
-            )
-        mesh = Mesh(np.asarray(devices), ("batch",))
-        self.split = NamedSharding(mesh, PartitionSpec("batch"))
-        self.replicated = NamedSharding(mesh, PartitionSpec())
-
-    def batch(self, data: Dataset, seed: int, s: int, batch_size: int):
-        """Step `s`'s batch, gathered on the host and split over the devices."""
-        idx = batch_indices(seed, s, len(data), batch_size)
-        xs = jax.device_put(jnp.asarray(data.inputs[idx]), self.split)
-        return xs, jax.device_put(jnp.asarray(data.targets[idx]), self.split)
-
-
-class _CompiledStep:
-    """The step as one `jax.jit` program of arrays only (parameters, optimizer state, batch, step
-    index, the augmentation's key; the model's structure and the step are closed over): unlike
-    `eqx.filter_jit` it returns before the step has finished, so the host prepares the next batch
-    meanwhile. The key is an argument, not a constant of the program, so runs that differ only
-    in their seed compile the same program (read back from JAX's persistent compilation cache
-    when one is set), and within one process a later run of the same step, model structure and
-    layout reuses the program without tracing it again (`_step_program`). A step that is not
-    finite is simply not assigned on the host (no select of old and new values in the
-    program)."""
-
-    def __init__(self, train_step: TrainStep, state: TrainState, mesh: _Mesh, shard_params: bool):
-        params, static = eqx.partition(state.model, eqx.is_inexact_array)
-        self.layouts = (
-            _layout(params, mesh.replicated, shard_params),
-            _layout(state.opt_state, mesh.replicated, shard_params),
-        )
-        self.key = state.key
-        self.step = _step_program(train_step, static, self.layouts)
-
-    def __call__(self, params, opt_state, xs, ys, index: int):
-        return self.step(params, opt_state, xs, ys, jnp.asarray(index), self.key)
-
-
-_PROGRAMS: "collections.OrderedDict[tuple, Callable]" = collections.OrderedDict()
-_PROGRAMS_KEPT = 8
-"""The jitted steps of the latest runs (at most `_PROGRAMS_KEPT`), by what they close over."""
-
-
-def _step_program(train_step: TrainStep, static, layouts) -> Callable:
-    """The jitted step for `train_step` on models of structure `static` placed by `layouts`:
-    the one an earlier run of this process made for equal ones when there is one.
-
-    Equal means: the same optimizer `update` function (what the step calls; `default_optimizer`
-    shares one, its numbers are state, so runs of any learning rate, warm-up or length share the
-    program; an optax transformation made anew, e.g. `optax.adam(1e-3)` twice, is another
-    program), equal objective, gradient method, augmentation, discretization and `max_skipped`,
-    and equal static parts and layouts. Anything unhashable (an array among them) makes a
-    program of its own, as before."""
-
-    def step(params, opt_state, xs, ys, index, key):
-        before = TrainState(eqx.combine(params, static), opt_state, index, key)
-        after, info = train_step(before, (xs, ys))
-        new = (eqx.filter(after.model, eqx.is_inexact_array), after.opt_state)
-        # Keep the layout from step to step (XLA would otherwise pick the outputs').
-        return (*jax.lax.with_sharding_constraint(new, layouts), info)
-
-    try:
-        key = (
-            train_step.optimizer.update,
-            *(_flat(x) for x in (train_step.objective, train_step.method, train_step.augment,
-                                 train_step.discretization, static, layouts)),
-            train_step.max_skipped,
-        )  # fmt: skip
-        hash(key)
-    except TypeError:
-        return jax.jit(step)
-    program = _PROGRAMS.pop(key, None)
-    if program is None:
-        program = jax.jit(step)
-    _PROGRAMS[key] = program
-    while len(_PROGRAMS) > _PROGRAMS_KEPT:
-        _PROGRAMS.popitem(last=False)
-    return program
-
-
-def _flat(tree) -> tuple:
-    """`tree` as a hashable value that compares as the tree does: its leaves and structure
-    (`TypeError` from `hash` when a leaf is an array)."""
-    leaves, treedef = jax.tree.flatten(tree)
-    return (tuple(leaves), treedef)
-
-
-def _leaf_sharding(leaf, replicated):
-    """Shard an array over the mesh along its largest axis divisible by the device count (the
-    last such axis on ties); replicate it when there is none (scalars, odd sizes)."""
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    count = replicated.mesh.size
-    shape = getattr(leaf, "shape", ())
-    axes = [a for a, n in enumerate(shape) if n % count == 0 and n >= count]
-    if count == 1 or not axes:
-        return replicated
-    axis = max(axes, key=lambda a: (shape[a], a))
-    spec = [None] * len(shape)
-    spec[axis] = "batch"
-    return NamedSharding(replicated.mesh, PartitionSpec(*spec))
-
-
-def _layout(tree, replicated, shard_params: bool):
-    """The placement of every array leaf of `tree`: replicated (data parallel), or each leaf cut
-    over the devices along one axis (`shard_params`: each device holds 1/D of the parameters and
-    of the optimizer state; XLA gathers a layer's weights where the step needs them)."""
-    if not shard_params:
-        return jax.tree.map(lambda _: replicated, tree)
-    return jax.tree.map(lambda leaf: _leaf_sharding(leaf, replicated), tree)
-
-
 def evaluate(model, data: Dataset, *, batch_size: int = 512) -> float:
     """Accuracy of `model` on `data` (argmax of the predictions against integer targets; a
     per-position target `< 0` is ignored). One compilation per model structure and batch shape.
@@ -298,40 +109,6 @@ def evaluate(model, data: Dataset, *, batch_size: int = 512) -> float:
     return held_out_accuracy(model, data, batch_size=batch_size)
 
 
-class _StopRequest:
-    """SIGINT/SIGTERM set a flag; the loop checkpoints and stops at the next step boundary. A
-    signal the process ignores stays ignored, as Python leaves an ignored SIGINT (a shell
-    script's background job has SIGINT ignored, so that Ctrl-C of the script's foreground
-    command does not stop it)."""
-
-    def __init__(self):
-        self.signal = None
-
-    @contextlib.contextmanager
-    def installed(self):
-        import threading
-
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        previous = {s: h for s, h in previous.items() if h is not signal.SIG_IGN}
-
-        def handler(signum, frame):
-            del frame
-            if self.signal is not None:  # a second signal: stop at once
-                signal.default_int_handler(signum, None)
-            self.signal = signum
-
-        for s in previous:
-            signal.signal(s, handler)
-        try:
-            yield self
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-
-
 def train(
     train_step: TrainStep,
     model: eqx.Module,
@@ -341,7 +118,6 @@ def train(
     batch_size: int,
     seed: int = 0,
     log_every: int = 10,
-    callbacks: Sequence[AbstractCallback] | None = None,
     run_dir=None,
     eval_data: Dataset | None = None,
     eval_every: int | None = None,
@@ -364,10 +140,13 @@ def train(
     SIGTERM stop it after the step's callbacks (a checkpoint is written): `KeyboardInterrupt`.
     A signal the process ignores (SIGINT in a shell script's background job) stays ignored.
 
-    Callbacks (`AbstractCallback`) run in order: `standard_callbacks(run_dir, eval_data=,
-    eval_every=, checkpoint_every=, fingerprint=, progress=)` — checkpoints and exact resume in
-    `run_dir/checkpoints/` (another run's folder is refused: `CheckpointMismatch`),
-    `run_dir/metrics.csv`, the held-out accuracy, a progress bar — then `callbacks`.
+    With `run_dir`, the run is durable: checkpoints and exact resume in `run_dir/checkpoints/`
+    every `checkpoint_every` steps (another run's folder is refused: `CheckpointMismatch`; the
+    run's identity is extended by `fingerprint`, e.g. a study's configuration), the metrics in
+    `run_dir/metrics.csv`, and the finished model in `run_dir/model.json` + `model.eqx`
+    (`load_run`). With `eval_data`, the held-out accuracy fills the rows of the logged steps that
+    are multiples of `eval_every`. `progress`: a progress bar (`None`: on a terminal). A loop of
+    one's own (other hooks, logging elsewhere) is written around `TrainStep` directly.
 
     **Returns:** a `TrainResult` (a finished run called again returns its stored model,
     history and timings, `resumed_from == steps`).
@@ -375,17 +154,17 @@ def train(
     steps, batch_size, log_every = _check_arguments(
         train_step, model, data, steps=steps, batch_size=batch_size, log_every=log_every
     )
-    callbacks = [*standard_callbacks(
+    callbacks = standard_callbacks(
         run_dir, eval_data=eval_data, eval_every=eval_every, checkpoint_every=checkpoint_every,
-        fingerprint=fingerprint, progress=progress), *(callbacks or ())]  # fmt: skip
-    mesh = _Mesh(devices, batch_size)
+        fingerprint=fingerprint, progress=progress)  # fmt: skip
+    mesh = BatchMesh(devices, batch_size)
     run = _new_run(train_step, model, data, seed=seed, batch_size=batch_size, steps=steps)
     for callback in callbacks:
         callback.on_start(run)
-    compiled = _CompiledStep(train_step, run.state, mesh, shard_params)
+    compiled = CompiledStep(train_step, run.state, mesh, shard_params)
     params, static = eqx.partition(run.state.model, eqx.is_inexact_array)
     params, opt_state = jax.device_put((params, run.state.opt_state), compiled.layouts)
-    stop, skipped, failure = _StopRequest(), 0, ""
+    stop, skipped, failure = StopRequest(), 0, ""
     try:
         with stop.installed():
             upcoming = mesh.batch(data, seed, run.done, batch_size) if run.done < steps else None
@@ -438,10 +217,10 @@ def _check_arguments(train_step, model, data, *, steps, batch_size, log_every):
 
 def _new_run(train_step, model, data, *, seed, batch_size, steps) -> Run:
     """The run before its callbacks start: the step's initial state (key `key(seed)`) and the
-    run's identity (`_fingerprint`); process 0 writes the files."""
+    run's identity (`run_fingerprint`); process 0 writes the files."""
     state = train_step.init(model, key=jax.random.key(seed))
-    identity = _fingerprint(model, data, train_step=train_step, opt_state=state.opt_state,
-                            seed=seed, batch_size=batch_size, steps=steps)  # fmt: skip
+    identity = run_fingerprint(model, data, train_step=train_step, opt_state=state.opt_state,
+                               seed=seed, batch_size=batch_size, steps=steps)  # fmt: skip
     return Run(train_step, data, int(seed), batch_size, steps, state, identity,
                writes=jax.process_index() == 0)  # fmt: skip
 
