@@ -149,3 +149,29 @@ def test_notebook_page_check_names_the_page_and_the_text(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{warned}: shows a warning or a traceback" in err
     assert _TQDM in err
+
+
+def test_notebook_page_checker_on_pages_mkdocs_jupyter_renders(tmp_path):
+    """The checker reads the pages the site's notebook renderer really writes: a stderr warning
+    and a traceback are refused, a printed result passes."""
+    pytest.importorskip("mkdocs_jupyter", reason="renders with the docs extra's mkdocs-jupyter")
+    import nbformat
+    from mkdocs_jupyter.convert import nb2html
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    def page(*outputs):
+        path = tmp_path / "page.ipynb"
+        nbformat.write(new_notebook(cells=[new_code_cell("f()", outputs=list(outputs))]), path)
+        return nb2html(str(path))
+
+    printed = new_output("stream", name="stdout", text="max error 1.2e-12\n")
+    assert executed.page_problems(page(printed)) == []
+    warned = new_output("stream", name="stderr", text=_TQDM + "\n  from .autonotebook import tqdm\n")
+    assert executed.page_problems(page(printed, warned)) == [
+        _TQDM + " from .autonotebook import tqdm"
+    ]
+    trace = ["\x1b[31mValueError\x1b[0m  Traceback (most recent call last)", "ValueError: n=0"]
+    error = new_output("error", ename="ValueError", evalue="n=0", traceback=trace)
+    assert executed.page_problems(page(error)) == [
+        "ValueError Traceback (most recent call last) ValueError: n=0"
+    ]
