@@ -4,9 +4,10 @@ The notebooks are jupytext percent-format `.py` files in `notebooks/`. `execute(
 top to bottom in a fresh `python3` kernel (nbclient; working directory the repository root, so
 `import studies` works) and writes the executed notebook, figures and printed numbers included,
 to `build/notebooks/<name>.ipynb` (atomically; `build/` is ignored by git), with the SHA-256 of
-its source in the notebook's metadata. The kernel runs with `WORKBENCH_PROGRESS=0`: a progress bar
-(tqdm's widget where `ipywidgets` is installed) means nothing on a static page, whose widget
-renderer would come from the network. The test suite does this for every notebook
+its source in the notebook's metadata. The kernel runs without progress bars (`WORKBENCH_PROGRESS=0`
+for the library's and the studies', `HF_HUB_DISABLE_PROGRESS_BARS=1` for transformers' "Loading
+weights" in the MiniLM notebook): a bar (tqdm's widget where `ipywidgets` is installed) means
+nothing on a static page, whose widget renderer would come from the network. The test suite does this for every notebook
 (`tests/test_notebooks.py`), so after a test run the copies exist.
 
 The site (`docs/_hooks.py`) renders the executed copy of a notebook when its recorded hash is
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 EXECUTED = ROOT / "build" / "notebooks"
 _KEY = "workbench"  # the notebook-metadata entry holding the source's hash
+_NO_BARS = {"WORKBENCH_PROGRESS": "0", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
 def source_sha256(path: Path) -> str:
@@ -72,7 +74,7 @@ def execute(path: Path, *, timeout: int = 600):
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
     )
     start = time.perf_counter()
-    client.execute(env=dict(os.environ, WORKBENCH_PROGRESS="0"))  # the kernel's environment
+    client.execute(env=dict(os.environ, **_NO_BARS))  # the kernel's environment
     nb.metadata[_KEY] = {"source_sha256": digest, "seconds": time.perf_counter() - start}
     target = executed_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
