@@ -7,14 +7,23 @@ written by the test run or `python docs/_notebooks.py`) when that copy was made 
 current source, else the source `notebooks/<name>.py` (code only). It fills the nav's
 "Notebooks" section with them, sorted by name, so the nav never names a notebook that is not
 there (`--strict` stays clean while notebooks are added or renamed).
+
+It also serves MathJax from the site itself, so the formulas render offline: the files of
+MathJax 3's `tex-mml-chtml` component (and what it loads on demand: fonts, TeX extensions, the
+menu and accessibility code) come from the `django-static-mathjax` package of the `docs` extra (a
+wheel of MathJax's release files with no dependency; its import name is `mathjax`), and go into
+the built site under `javascripts/mathjax/`, which `mkdocs.yml`'s `extra_javascript` names. No
+MathJax file is kept in this repository.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import re
 from pathlib import Path
 
+from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 
@@ -23,6 +32,12 @@ NOTEBOOKS = ROOT / "notebooks"
 SECTION = "Notebooks"
 # A percent-format notebook: a cell marker `# %%` at the start of a line.
 _CELL = re.compile(r"^# %%", re.MULTILINE)
+MATHJAX_DIST = "django-static-mathjax"
+MATHJAX_DEST = "javascripts/mathjax"
+"""Where the MathJax files go in the site (`mkdocs.yml` loads `MATHJAX_DEST/tex-mml-chtml.js`)."""
+# MathJax's `es5/` folder, less the other all-in-one components and the SVG output, which the
+# site's component (`tex-mml-chtml.js`: TeX and MathML in, CommonHTML out) never loads.
+_MATHJAX_SKIP = re.compile(r"^(?!tex-mml-chtml\.js$)[^/]+\.js$|^output/svg|^node-main")
 
 
 def notebooks() -> list[Path]:
@@ -60,7 +75,31 @@ def pages() -> list[tuple[str, Path]]:
     return out
 
 
+def mathjax_files() -> dict[str, Path]:
+    """`{path in the site: file}` of the MathJax files the site serves (see the module's doc).
+
+    **Raises:** `PluginError` when the `docs` extra's `django-static-mathjax` is not installed."""
+    try:
+        dist = importlib.metadata.distribution(MATHJAX_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise PluginError(
+            f"the site serves MathJax from the {MATHJAX_DIST} package, which is not installed: "
+            "pip install -e '.[docs]'"
+        ) from None
+    root = Path(dist.locate_file("mathjax/static/mathjax"))
+    es5 = root / "es5"
+    if not (es5 / "tex-mml-chtml.js").is_file():
+        raise PluginError(f"{MATHJAX_DIST}: no es5/tex-mml-chtml.js under {root}")
+    out = {f"{MATHJAX_DEST}/LICENSE": root / "LICENSE"}
+    for path in sorted(es5.rglob("*")):
+        rel = path.relative_to(es5).as_posix()
+        if path.is_file() and not _MATHJAX_SKIP.search(rel):
+            out[f"{MATHJAX_DEST}/{rel}"] = path
+    return out
+
+
 def on_config(config):
+    mathjax_files()  # fails the build early, with the fix, when MathJax is not installed
     pages_ = [name for name, _ in pages()]
     nav = config.nav or []
     for i, entry in enumerate(nav):
@@ -84,6 +123,8 @@ def on_files(files: Files, config) -> Files:
                 use_directory_urls=config.use_directory_urls,
             )
         )
+    for dest, path in mathjax_files().items():
+        files.append(File.generated(config, dest, abs_src_path=str(path)))
     return files
 
 

@@ -258,8 +258,11 @@ def _close(fig: Any) -> None:
 
 def progress(iterable: Iterable[Any], *, desc: str, total: int | None = None) -> Any:
     """`tqdm(iterable)` on stderr (hidden when stderr is not a terminal, or when
-    `WORKBENCH_PROGRESS=0`)."""
-    from tqdm.auto import tqdm
+    `WORKBENCH_PROGRESS=0`); tqdm's widget in Jupyter when `ipywidgets` is installed, its text
+    bar otherwise, without a warning (`workbench._progress.tqdm_class`)."""
+    from workbench._progress import tqdm_class
+
+    tqdm = tqdm_class()
 
     hide = True if os.environ.get("WORKBENCH_PROGRESS", "1") == "0" else None
     return tqdm(iterable, desc=desc, total=total, disable=hide, leave=False)

@@ -3,8 +3,9 @@
 Each notebook is a jupytext percent-format `.py` file (the `.ipynb` is generated, not in git). The
 test executes it with `docs/_notebooks.py` (jupytext, then nbclient in a fresh `python3` kernel,
 working directory the repository root, so `import studies` works), which keeps the executed
-notebook in `build/notebooks/` for the documentation site, and checks that no cell errored and
-that at least one figure came out inline (an `image/png` output). The notebooks `assert` their own
+notebook in `build/notebooks/` for the documentation site, and checks that no cell errored, that
+no cell wrote to stderr (a warning, on the site a red box) nor showed a widget, and that at least
+one figure came out inline (an `image/png` output). The notebooks `assert` their own
 key numbers (recovery errors, observed orders), so a passing run is also a value test.
 
 Needs jupytext, nbclient and ipykernel (the `test` extra); skipped without them. The MiniLM
@@ -48,6 +49,10 @@ def test_notebook_runs(path):
     outputs = list(_outputs(nb))
     errors = [o for o in outputs if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: error outputs {[e.get('ename') for e in errors]}"
+    stderr = [o.text for o in outputs if o.get("output_type") == "stream" and o.name == "stderr"]
+    assert not stderr, f"{path.name} writes to stderr (the site shows it in red): {stderr}"
+    widgets = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert not widgets, f"{path.name}: widget outputs (a progress bar?) {widgets}"
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert images, f"{path.name}: no inline figure (image/png output)"
 
