@@ -16,9 +16,9 @@ import pytest
 
 import workbench as wb
 import workbench.analysis as wba
-from studies import convergence_order, plan
-from studies._config import ConfigError
-from studies.cli import main as cli
+from studies._run.cli import main as cli
+from studies._toolkit.config import ConfigError
+from studies.numerics import convergence_order, plan
 from workbench.io import atomic_write_json
 
 from helpers import small_encoder

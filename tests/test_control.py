@@ -392,7 +392,7 @@ def test_two_processes_with_sharded_parameters_train_and_checkpoint_as_one(tmp_p
 def test_train_digits_verdict_follows_the_accuracy():
     import dataclasses
 
-    import studies.train_digits as s
+    import studies.training.train_digits as s
 
     c = s.smoke_config()
     r = s.Results(
@@ -418,7 +418,7 @@ def test_train_digits_verdict_follows_the_accuracy():
 def test_training_configs_refuse_bad_names_and_foreign_plans(tmp_path):
     """Unknown optimizer / gradient names list the valid ones; a plan made for another model is
     refused before training, naming what differs."""
-    import studies.train_digits as s
+    import studies.training.train_digits as s
     from studies import ConfigError
 
     with pytest.raises(
@@ -450,7 +450,7 @@ def test_training_configs_refuse_bad_names_and_foreign_plans(tmp_path):
 def test_adjoint_accuracy_verdict_follows_the_orders():
     import dataclasses
 
-    import studies.adjoint_accuracy as s
+    import studies.training.adjoint_accuracy as s
 
     c = s.smoke_config()
     lie = s.Ladder("lie", 1, [2, 4, 8], [0.2, 0.1, 0.05], 1.0, (0.9, 1.1))
@@ -474,7 +474,7 @@ def test_train_digits_vit_exports_a_hugging_face_classifier_with_its_accuracy(tm
     held-out accuracy."""
     import dataclasses
 
-    import studies.train_digits as s
+    import studies.training.train_digits as s
 
     torch, transformers = require_reference()
     config = dataclasses.replace(s.smoke_config(), embedding="vit", epochs=3,
@@ -525,7 +525,7 @@ def test_train_digits_resumes_after_sigkill_with_the_same_hash(tmp_path):
     before = {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
     changed = _cli(folder, "--learning-rate", "0.01")
     assert changed.returncode == 2
-    from studies import train_digits
+    from studies.training import train_digits
 
     was = train_digits.smoke_config().learning_rate
     assert f"another config (learning_rate={was} there, 0.01 now)" in changed.stderr

@@ -18,10 +18,16 @@ import numpy as np
 import pytest
 
 import studies
-from studies import _harness, _tour, cli
-from studies._config import ConfigError, check_multiple, check_positive, check_range
-from studies._overrides import OverrideError, describe_fields, parse_overrides, parse_value
-from studies._report import code_block, demote_headings, markdown_table, new_figure, save_figure
+from studies._run import cli, harness as _harness, tour as _tour
+from studies._run.overrides import OverrideError, describe_fields, parse_overrides, parse_value
+from studies._toolkit.config import ConfigError, check_multiple, check_positive, check_range
+from studies._toolkit.report import (
+    code_block,
+    demote_headings,
+    markdown_table,
+    new_figure,
+    save_figure,
+)
 from workbench.io import (
     atomic_open,
     atomic_write_json,
@@ -433,13 +439,13 @@ def test_get_study_unknown_lists_valid_names():
 
 
 def test_registry_points_at_exact_recovery_and_imports_lazily():
-    assert studies.STUDIES["exact-recovery"] == "studies.exact_recovery"
+    assert studies.STUDIES["exact-recovery"] == "studies.models.exact_recovery"
     assert all(path.startswith("studies.") for path in studies.STUDIES.values())
     # A fresh interpreter: importing the package and the CLI imports no study, no JAX,
     # and does not turn float64 on.
     code = (
-        "import sys, studies, studies.cli\n"
-        "assert 'studies.exact_recovery' not in sys.modules\n"
+        "import sys, studies, studies._run.cli\n"
+        "assert 'studies.models.exact_recovery' not in sys.modules\n"
         "import jax\n"
         "assert not jax.config.jax_enable_x64\n"
     )
@@ -670,7 +676,7 @@ def test_every_study_field_has_a_meaning_in_its_help(capsys):
     import dataclasses
 
     import studies
-    from studies._overrides import field_docs
+    from studies._run.overrides import field_docs
 
     missing = [f"{name}.{f.name}" for name in studies.STUDIES
                for f in dataclasses.fields(studies.get_study(name).Config)
@@ -948,12 +954,12 @@ def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
     if alone == 0:
         pytest.skip("this jaxlib names its CPU compute threads otherwise (no '*XLAEigen*')")
     assert alone == len(cores)
-    from studies._workers import threads_per_worker
+    from studies._run.workers import threads_per_worker
 
     assert threads_per_worker(1) == len(cores)
     assert threads_per_worker(2) == max(1, len(cores) // 2)
     assert threads_per_worker(10 * len(cores)) == 1
-    assert _xla_compute_threads("from studies._workers import start_cpu_backend\n"
+    assert _xla_compute_threads("from studies._run.workers import start_cpu_backend\n"
                                 "start_cpu_backend(1, 3)") == 1  # fmt: skip
 
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -978,7 +984,7 @@ def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
 def test_a_worker_whose_affinity_cannot_be_set_starts_jax_as_usual(monkeypatch):
     """`start_cpu_backend` where the system refuses the affinity mask: no error, nothing
     changed, JAX not started by it (the worker's first computation starts it as usual)."""
-    from studies import _workers
+    from studies._run import workers as _workers
 
     if not hasattr(os, "sched_setaffinity"):
         pytest.skip("needs os.sched_setaffinity (Linux)")

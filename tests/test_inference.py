@@ -12,8 +12,8 @@ import pytest
 
 import workbench as wb
 import workbench.control as wbc
-from studies import continuous_depth as CD
-from studies._config import ConfigError
+from studies._toolkit.config import ConfigError
+from studies.training import continuous_depth as CD
 
 from helpers import randomize_head, tiny_data, tiny_model, well_conditioned
 
@@ -235,7 +235,8 @@ def test_coarse_draws_reach_the_training_step_and_stay_out_of_old_identities():
     """`--coarsen` becomes `wbc.MultiResolution(coarsen=)` of the study's step; an empty
     `coarsen` leaves the run's identity as it was before the field existed, so earlier run
     folders resume, while any factor makes another run."""
-    from studies import _training as T, train_digits
+    from studies._toolkit import training as T
+    from studies.training import train_digits
 
     step = T.train_step(train_digits.Config(coarsen=(2,)), 10)
     assert step.discretization == wbc.MultiResolution((1, 2, 4), coarsen=(2,))

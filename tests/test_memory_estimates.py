@@ -25,9 +25,10 @@ import studies
 import workbench as wb
 import workbench.analysis as wa
 import workbench.control as wbc
-from studies import ConfigError, _memory
-from studies._config import SEED_MAX, steps_in
-from studies.cli import main as cli
+from studies import ConfigError
+from studies._run.cli import main as cli
+from studies._toolkit import memory as _memory
+from studies._toolkit.config import SEED_MAX, steps_in
 
 GIB = 1 << 30
 
@@ -123,7 +124,7 @@ def _phase_measurement(config, monkeypatch) -> tuple[int, int]:
     prepared copies) of the study's diagrams: `compute` runs with every chunk recorded and
     answered by zeros of its output's shape (`jax.eval_shape`), then each distinct chunk is
     lowered and compiled as the library would."""
-    import studies.phase_diagram as study
+    import studies.particles.phase_diagram as study
     import workbench.particles._phase_diagram as pd
     import workbench.particles._phase_kernel as kernel
 
@@ -198,7 +199,7 @@ def test_repulsion_estimate_matches_xla_of_its_flow_chunk(scale):
     """Within a factor 2 of the largest case's compiled chunk (RK4 on every start at once) plus
     its starts and final Gram matrices, plus the energy histories every case keeps (the worst
     case, `max_time / chunk_time + 1` checks)."""
-    import studies.repulsion as study
+    import studies.particles.repulsion as study
 
     smoke = study.smoke_config()
     config = dataclasses.replace(smoke, num_starts=smoke.num_starts * scale)
@@ -233,8 +234,8 @@ def test_training_estimate_matches_xla_of_its_train_step(batch_size):
     the stored activations of the exact gradient) and the compiled held-out evaluation with the
     parameters, plus the task's arrays: smoke size and 4× the batch. The step is the study's
     (`T.train_step`: multi-resolution by default)."""
-    import studies._training as T
-    import studies.train_sequence as study
+    import studies._toolkit.training as T
+    import studies.training.train_sequence as study
 
     config = dataclasses.replace(study.smoke_config(), batch_size=batch_size)
     tokens, classes = 2 * config.length, config.vocab + 1

@@ -370,7 +370,9 @@ LADDER_ERRORS = {
 
 @pytest.mark.parametrize("case", sorted(LADDER_ERRORS))
 def test_study_fit_helpers_give_the_former_numbers(case):
-    from studies import adjoint_accuracy, resolution, splitting_error, step_convergence
+    from studies.numerics import resolution, splitting_error
+    from studies.particles import step_convergence
+    from studies.training import adjoint_accuracy
 
     h, e = LADDER_H, LADDER_ERRORS[case]
     ok = case == "power law"
@@ -391,7 +393,7 @@ def test_study_fit_helpers_give_the_former_numbers(case):
 def test_refinement_ladder_and_error_ladder_read_the_result():
     import jax
 
-    from studies import _training
+    from studies._toolkit import training as _training
 
     from helpers import tiny_model
 

@@ -16,9 +16,9 @@ import re
 import numpy as np
 import pytest
 
-from studies import cluster_histograms, high_dimension, metastability
-from studies._config import ConfigError
-from studies.cli import main as cli_main
+from studies._run.cli import main as cli_main
+from studies._toolkit.config import ConfigError
+from studies.particles import cluster_histograms, high_dimension, metastability
 
 
 @pytest.fixture(scope="module")

@@ -107,7 +107,7 @@ def test_minilm_bad_input(encoders):
 def test_real_model_dynamics_smoke_numbers_agree():
     """The smoke run on MiniLM: its statistics are those of the pairs it reports, the network is
     k = 1, and the verdict's two answers are the thresholded changes of its own means."""
-    from studies import real_model_dynamics as s
+    from studies.models import real_model_dynamics as s
 
     r = s.compute(s.smoke_config())
     c = r.config

@@ -186,7 +186,7 @@ def test_mixed_option_lists_have_disjoint_names():
 
 
 def test_command_line_names_of_the_studies_still_work():
-    from studies._fields import Integrator
+    from studies._toolkit.fields import Integrator
 
     # `--integrator` is a Literal of exactly the registry's names.
     literal = typing.get_type_hints(Integrator)["integrator"]
@@ -204,7 +204,7 @@ def test_command_line_names_of_the_studies_still_work():
 
 
 def test_memory_stage_counts_match_the_integrators():
-    from studies._memory import INTEGRATOR_STAGES
+    from studies._toolkit.memory import INTEGRATOR_STAGES
 
     assert set(INTEGRATOR_STAGES) == set(R.SPHERE_INTEGRATORS)
     for name, integrator in R.SPHERE_INTEGRATORS.items():
@@ -355,12 +355,21 @@ def _string_literals(node) -> set[str] | None:
     return None
 
 
-STUDIES = sorted((ROOT / "studies").glob("*.py"))
+STUDIES = sorted((ROOT / "studies").rglob("*.py"))
 TABLE_NAMES = {"SCHEMES", "ACTIVATIONS", "INTEGRATORS", "QUADRATURE_RULES", "UNSPLIT_METHODS",
                "SPLITTING_SCHEMES", "ODE_SOLVERS"}  # fmt: skip
 
 
-@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
+def _study_id(path) -> str:
+    return path.relative_to(ROOT / "studies").as_posix()
+
+
+def _module_name(path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=_study_id)
 def test_no_study_defines_its_own_table(path):
     for name, value in _module_level_assignments(path):
         assert name not in TABLE_NAMES, f"{path.name} defines {name}; use wb.registry"
@@ -376,12 +385,12 @@ def test_no_study_defines_its_own_table(path):
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in STUDIES if p.name != "__main__.py"], ids=lambda p: p.name
+    "path", [p for p in STUDIES if p.name != "__main__.py"], ids=_study_id
 )
 def test_no_study_maps_names_to_registry_objects(path):
     import importlib
 
-    module = importlib.import_module(f"studies.{path.stem}")
+    module = importlib.import_module(_module_name(path))
     for attr, value in vars(module).items():
         if not isinstance(value, dict):
             continue
@@ -389,4 +398,4 @@ def test_no_study_maps_names_to_registry_objects(path):
             same = [
                 k for k, v in value.items() if k in table and (v is table[k] or v is type(table[k]))
             ]
-            assert not same, f"studies.{path.stem}.{attr} repeats {table.kind} names {same}"
+            assert not same, f"{module.__name__}.{attr} repeats {table.kind} names {same}"

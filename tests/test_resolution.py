@@ -17,9 +17,9 @@ import pytest
 
 import workbench as wb
 import workbench.analysis as wba
-from studies import resolution
-from studies._config import ConfigError
-from studies._report import have_matplotlib
+from studies._toolkit.config import ConfigError
+from studies._toolkit.report import have_matplotlib
+from studies.numerics import resolution
 
 RULES = (wba.MidpointRule(), wba.TrapezoidRule(), wba.GaussLegendreRule())
 
@@ -288,7 +288,7 @@ def test_bad_study_configs(change, match):
 
 
 def test_cli_rejects_bad_config_before_any_folder(tmp_path):
-    from studies.cli import main
+    from studies._run.cli import main
 
     out = tmp_path / "x"
     assert main(["run", resolution.NAME, "--smoke", "--out", str(out), "--sizes", "8,16,32"]) == 2

@@ -1,4 +1,4 @@
-"""Run folders as transactions (`studies._run_folder`, `workbench run`): the state in `run.json`,
+"""Run folders as transactions (`studies._run.run_folder`, `workbench run`): the state in `run.json`,
 one writer at a time, another study or config refused, a finished run left as it was, Ctrl-C
 and SIGTERM recorded as `interrupted` with one line, usage errors before any folder, sizes that
 cannot fit refused before compute.
@@ -18,7 +18,7 @@ import time
 import pytest
 
 import studies
-from studies import _harness, _run_folder, _tour, cli
+from studies._run import cli, harness as _harness, run_folder as _run_folder, tour as _tour
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -122,7 +122,7 @@ def _subprocess(source, argv, **kwargs) -> subprocess.Popen:
     code = (
         "import sys, studies\n"
         f"studies.STUDIES.update({_NAMES!r})\n"
-        "from studies.cli import main\n"
+        "from studies._run.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(REPO)])}
@@ -185,7 +185,7 @@ def test_another_config_is_refused_and_the_folder_is_untouched(registry, tmp_pat
     assert len(err) == 1, err
     assert "holds a run of tri with another config (n=10 there, 12 now), complete" in err[0]
     # A field an identity leaves out (added later, at its default) is named as the default.
-    from studies._run_folder import _occupied_message
+    from studies._run.run_folder import _occupied_message
 
     old = {"study": "tri", "state": "complete", "identity": {"n": 10, "coarse_weight": 2.0}}
     msg = _occupied_message(out, old, "tri", {"n": 10})
@@ -537,7 +537,7 @@ def test_ctrl_c_of_a_parallel_tour_starts_no_further_study(tmp_path):
         "import sys, studies\n"
         f"studies.STUDIES.update({names!r})\n"
         f"studies.TOUR = {tuple(names)!r}\n"
-        "from studies.cli import entry\n"
+        "from studies._run.cli import entry\n"
         "entry()\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(REPO)]),

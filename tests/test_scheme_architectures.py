@@ -9,8 +9,9 @@ import pytest
 
 import workbench as wb
 import workbench.control as wbc
-from studies import ConfigError, scheme_architectures as SA
-from studies._memory import scheme_evaluations
+from studies import ConfigError
+from studies._toolkit.memory import scheme_evaluations
+from studies.models import scheme_architectures as SA
 
 
 def test_equal_cost_steps_spend_the_reference_budget():

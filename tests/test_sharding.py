@@ -149,7 +149,7 @@ def _numbers(tree, path=""):
 def _study(name: str, out: Path, devices: int, *args: str) -> dict:
     env = _env(devices)
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from studies.cli import main; sys.exit(main())",
+        [sys.executable, "-c", "import sys; from studies._run.cli import main; sys.exit(main())",
          "run", name, "--smoke", "--out", str(out), *args],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
     )  # fmt: skip
@@ -225,9 +225,9 @@ def test_studies_refuse_more_devices_than_visible(module):
 
     import jax
 
-    from studies._config import ConfigError
+    from studies._toolkit.config import ConfigError
 
-    mod = importlib.import_module(f"studies.{module}")
+    mod = importlib.import_module(f"studies.particles.{module}")
     visible = jax.device_count()
     with pytest.raises(ConfigError) as err:
         mod.Config(devices=visible + 1)

@@ -17,9 +17,9 @@ import scipy.linalg
 
 import workbench as wb
 import workbench.analysis as wba
-from studies import splitting_error
-from studies._config import ConfigError
-from studies._report import have_matplotlib
+from studies._toolkit.config import ConfigError
+from studies._toolkit.report import have_matplotlib
+from studies.numerics import splitting_error
 from tests.helpers import small_encoder
 
 S = wb.schemes
@@ -389,7 +389,7 @@ def test_bad_config(change, match):
 
 
 def test_cli_rejects_bad_config_before_any_folder(tmp_path):
-    from studies.cli import main
+    from studies._run.cli import main
 
     out = tmp_path / "x"
     assert (

@@ -14,9 +14,9 @@ import pytest
 import scipy.linalg
 
 import workbench as wb
-from studies import stability
-from studies._config import ConfigError
-from studies._report import have_matplotlib
+from studies._toolkit.config import ConfigError
+from studies._toolkit.report import have_matplotlib
+from studies.numerics import stability
 from workbench import analysis as wa
 
 from helpers import small_encoder
@@ -371,7 +371,7 @@ def test_bad_config(change, match):
 
 
 def test_cli_rejects_bad_config_before_any_folder(tmp_path):
-    from studies.cli import main
+    from studies._run.cli import main
 
     out = tmp_path / "x"
     assert main(["run", "stability", "--smoke", "--out", str(out), "--methods", "rk4"]) == 2

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from studies import exact_recovery
-from studies._config import ConfigError
-from studies.cli import main as cli
+from studies._run.cli import main as cli
+from studies._toolkit.config import ConfigError
+from studies.models import exact_recovery
 
 
 @pytest.fixture(scope="module")

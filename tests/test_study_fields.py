@@ -1,4 +1,4 @@
-"""Config fields that studies share are declared once (`studies._fields`), with one docstring,
+"""Config fields that studies share are declared once (`studies._toolkit.fields`), with one docstring,
 and each study keeps its own defaults."""
 
 import ast
@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 import studies
-from studies import _fields
-from studies._overrides import describe_fields
+from studies._run.overrides import describe_fields
+from studies._toolkit import fields as _fields
 
 TRAINING = ("train-digits", "train-sequence", "depth-refinement", "regularization-cost",
             "msa-vs-gradient")  # fmt: skip
@@ -32,11 +32,11 @@ def test_no_shared_field_is_declared_twice(family):
         for field in _declared(studies.get_study(name).Config):
             where[field].append(name)
     twice = {field: names for field, names in where.items() if len(names) > 1}
-    assert not twice, f"declared in several study configs (move them to studies._fields): {twice}"
+    assert not twice, f"declared in several study configs (move them to studies._toolkit.fields): {twice}"
     # The shared groups of the family: each field declared in exactly one group.
     groups = {base for name in family for base in studies.get_study(name).Config.__mro__[1:]
               if dataclasses.is_dataclass(base)}  # fmt: skip
-    assert groups and all(g.__module__ == "studies._fields" for g in groups), groups
+    assert groups and all(g.__module__ == "studies._toolkit.fields" for g in groups), groups
     counts = collections.Counter(f for g in groups for f in _declared(g))
     assert max(counts.values()) == 1, counts
 

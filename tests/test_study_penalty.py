@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from studies import penalty
-from studies._config import ConfigError
-from studies._harness import check_study
-from studies.cli import main as cli
+from studies._run.cli import main as cli
+from studies._run.harness import check_study
+from studies._toolkit.config import ConfigError
+from studies.numerics import penalty
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from studies import phase_diagram, step_convergence
-from studies._config import ConfigError
-from studies.cli import main as cli_main
+from studies._run.cli import main as cli_main
+from studies._toolkit.config import ConfigError
+from studies.particles import phase_diagram, step_convergence
 
 
 @pytest.fixture(scope="module")

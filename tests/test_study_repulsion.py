@@ -6,9 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from studies import repulsion
-from studies._config import ConfigError
-from studies.cli import main as cli
+from studies._run.cli import main as cli
+from studies._toolkit.config import ConfigError
+from studies.particles import repulsion
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 
-import studies.train_sequence as s
+import studies.training.train_sequence as s
 from studies import ConfigError
 
 from helpers import certificate_dict, kill_and_resume, study_cli

@@ -11,13 +11,14 @@ import pytest
 import workbench as wb
 import workbench.analysis as wa
 import workbench.control as wbc
-from studies import ConfigError, trained_model_analysis as TMA
+from studies import ConfigError
+from studies.models import trained_model_analysis as TMA
 
 
 @pytest.fixture
 def transformer():
     """A random 3-layer pre-norm equation in float64 and a random state (5 tokens)."""
-    from studies._training import to_float64
+    from studies._toolkit.training import to_float64
 
     with jax.enable_x64(True):
         tr = wbc.random_transformer(jax.random.key(3), d=8, num_heads=2, num_layers=3, hidden=16)
@@ -115,7 +116,7 @@ def test_a_tiny_run_lyapunov_sum_is_liouvilles(tmp_path):
     r = TMA.compute(c, run_dir=tmp_path)
     (net,) = r.networks
     with jax.enable_x64(True):
-        from studies._training import to_float64
+        from studies._toolkit.training import to_float64
 
         model = to_float64(wbc.load_run(tmp_path / "one-step"))
         task = wbc.digits(0)

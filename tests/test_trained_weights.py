@@ -138,10 +138,10 @@ def test_plan_takes_a_trained_run(digits_run, tmp_path):
 
 def test_weights_that_are_no_run_are_refused(tmp_path):
     from studies import ConfigError
-    from studies.convergence_order import Config as Order
-    from studies.plan import Config as Plan
-    from studies.splitting_error import Config as Splitting
-    from studies.stability import Config as Stability
+    from studies.numerics.convergence_order import Config as Order
+    from studies.numerics.plan import Config as Plan
+    from studies.numerics.splitting_error import Config as Splitting
+    from studies.numerics.stability import Config as Stability
 
     with pytest.raises(ConfigError, match="'random', 'recovered', or a training run folder"):
         Order(weights=("nonsense",))

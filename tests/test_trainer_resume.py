@@ -242,7 +242,7 @@ def test_training_time_continues_across_a_resume(finished, tmp_path):
     rows = (folder / "metrics.csv").read_text().splitlines()[1:]
     column = _trainer.METRICS.index("elapsed_s")
     np.testing.assert_allclose([float(r.split(",")[column]) for r in rows], elapsed, rtol=1e-15)
-    from studies import _training as T
+    from studies._toolkit import training as T
 
     np.testing.assert_array_equal(T.curve(resumed)["seconds"], elapsed)
     again = _train(folder)
@@ -321,8 +321,8 @@ def _plan(steps_per_layer=2, **model):
 def test_the_plan_enters_the_fingerprint_by_its_contents(tmp_path):
     """Regenerated at the same path with other steps, the plan changes the study's fingerprint;
     the same plan at another path does not."""
-    import studies.train_digits as s
-    from studies import _training as T
+    import studies.training.train_digits as s
+    from studies._toolkit import training as T
 
     path, moved = tmp_path / "plan.json", tmp_path / "moved" / "plan.json"
     _plan(2).save(path)
@@ -340,8 +340,9 @@ def test_the_plan_enters_the_fingerprint_by_its_contents(tmp_path):
 def test_a_plan_for_another_activation_is_refused(tmp_path):
     """A GELU plan (recorded, or recorded by no field: made before the field, always GELU) is
     refused for a ReLU model, naming both; accepted for a GELU model."""
-    import studies.train_digits as s
-    from studies import ConfigError, _training as T
+    import studies.training.train_digits as s
+    from studies import ConfigError
+    from studies._toolkit import training as T
 
     path = tmp_path / "plan.json"
     _plan().save(path)
@@ -370,7 +371,7 @@ def test_a_plan_for_another_activation_is_refused(tmp_path):
 def test_a_plan_file_that_is_not_a_plan_is_a_config_error(tmp_path, text, reason):
     """The config's validation reads the plan: one line naming the study, the field and the
     file, and why."""
-    import studies.train_digits as s
+    import studies.training.train_digits as s
     from studies import ConfigError
 
     path = tmp_path / "plan.json"
@@ -429,10 +430,11 @@ def test_analysis_only_fields_leave_the_study_fingerprint_unchanged(study):
     fingerprint is JSON as it is."""
     import importlib
 
-    from studies import _training as T
+    import studies
+    from studies._toolkit import training as T
 
-    module = importlib.import_module(f"studies.{study}")
-    assert set(T.ANALYSIS_FIELDS[module.__name__]) == set(ANALYSIS_CHANGES[study])
+    module = importlib.import_module(studies.STUDIES[study.replace("_", "-")])
+    assert set(T.ANALYSIS_FIELDS[T.study_id(module.__name__)]) == set(ANALYSIS_CHANGES[study])
     config = module.smoke_config()
     base = T.fingerprint(config)
     assert json.loads(json.dumps(base)) == base

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import workbench.control as wbc
-from studies import depth_refinement, msa_vs_gradient, regularization_cost
-from studies._config import ConfigError
+from studies._toolkit.config import ConfigError
+from studies.training import depth_refinement, msa_vs_gradient, regularization_cost
 
 
 def _transformer(key, layers=3, steps_per_layer=1):
@@ -245,7 +245,7 @@ def test_extend_depth_keeps_the_network_and_holds_the_last_layer(getkey):
 
 
 def test_real_model_dynamics_verdict_follows_the_means():
-    from studies import real_model_dynamics as s
+    from studies.models import real_model_dynamics as s
 
     c = s.smoke_config()
 
@@ -276,7 +276,7 @@ def test_real_model_dynamics_verdict_follows_the_means():
 def test_real_model_dynamics_says_order_only_when_the_ladder_converges():
     import dataclasses
 
-    from studies import real_model_dynamics as s
+    from studies.models import real_model_dynamics as s
 
     r = s.Results(
         config=s.smoke_config(), layers=np.arange(7), trained=np.arange(7) <= 6,
@@ -303,8 +303,8 @@ def test_the_device_layout_is_not_part_of_a_training_runs_identity():
     checkpoint fingerprint leaves `shard_params` out, and every other field in."""
     import dataclasses
 
-    import studies._training as T
-    import studies.train_digits as s
+    import studies._toolkit.training as T
+    import studies.training.train_digits as s
 
     c = s.smoke_config()
     assert T.fingerprint(dataclasses.replace(c, shard_params=True)) == T.fingerprint(c)
