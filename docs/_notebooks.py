@@ -5,7 +5,7 @@ top to bottom in a fresh `python3` kernel (nbclient; working directory the repos
 `import studies` works) and writes the executed notebook, figures and printed numbers included,
 to `build/notebooks/<name>.ipynb` (atomically; `build/` is ignored by git), with the SHA-256 of
 its source in the notebook's metadata. The test suite does this for every notebook
-(`tests/test_notebooks.py`), so after a test run the copies exist.
+(`tests/docs/test_notebooks.py`), so after a test run the copies exist.
 
 The site (`docs/_hooks.py`) renders the executed copy of a notebook when its recorded hash is
 the current source's, and the bare source (code, no outputs) otherwise: editing a notebook

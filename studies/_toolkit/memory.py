@@ -15,7 +15,7 @@ MiB whatever the config). The aim is a figure within a factor of a few of the tr
 like the real peak with every size field, so that an absurd size (10^12 starts) is estimated as
 absurd; the helpers below model the library's own choices (e.g. the phase diagram's chunk size)
 and are checked against XLA's memory analysis of the compiled programs in
-`tests/test_memory_estimates.py`.
+`tests/studies/test_memory_estimates.py`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from workbench.particles._chunking import _block_sizes
 
 from helpers import run_processes, xla_flags
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 _SWEEP = textwrap.dedent(
     """

@@ -20,7 +20,7 @@ import pytest
 import studies
 from studies._run import cli, harness as _harness, run_folder as _run_folder, tour as _tour
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 _STUDY = '''"""Is the sum of 1..n equal to n(n+1)/2?"""
 import dataclasses

@@ -16,7 +16,7 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
 _spec = importlib.util.spec_from_file_location("_notebooks", ROOT / "docs" / "_notebooks.py")
 executed = importlib.util.module_from_spec(_spec)

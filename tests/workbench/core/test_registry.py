@@ -20,7 +20,7 @@ from workbench._table import Table
 R = wb.registry
 S = wb.schemes
 P = wb.particles
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 ODE = diffrax.ODETerm(lambda t, y, args: y)
 
 

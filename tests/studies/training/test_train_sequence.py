@@ -12,7 +12,7 @@ from studies import ConfigError
 
 from helpers import certificate_dict, kill_and_resume, study_cli
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_train_sequence_verdict_follows_the_accuracy():

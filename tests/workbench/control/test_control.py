@@ -31,7 +31,7 @@ from helpers import (
     xla_flags,
 )
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 # --------------------------------------------------------------------------------------------

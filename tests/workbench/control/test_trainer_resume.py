@@ -24,7 +24,7 @@ from workbench.control import _trainer
 
 from helpers import tiny_data, tiny_model, train
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 STEPS, BATCH, EVERY = 6, 4, 3
 
 

@@ -449,7 +449,7 @@ def test_registry_points_at_exact_recovery_and_imports_lazily():
         "import jax\n"
         "assert not jax.config.jax_enable_x64\n"
     )
-    repo = pathlib.Path(__file__).resolve().parents[1]
+    repo = pathlib.Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=repo)
     assert done.returncode == 0, done.stderr
 
@@ -857,7 +857,7 @@ def test_a_parallel_tour_leaves_jax_to_its_workers(tmp_path):
         "    print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'workbench')))\n"
         "    sys.exit(code)\n"
     )
-    repo = pathlib.Path(__file__).resolve().parent.parent
+    repo = pathlib.Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(repo)])}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -933,7 +933,7 @@ def _xla_compute_threads(code: str, env=None) -> int:
         "print(sum('XLAEigen' in open(f'/proc/self/task/{t}/comm').read()\n"
         "          for t in os.listdir('/proc/self/task')))\n"
     )
-    repo = pathlib.Path(__file__).resolve().parent.parent
+    repo = pathlib.Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), **(env or {})}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
@@ -1152,7 +1152,7 @@ def test_a_second_run_reads_every_program_back_from_the_cache_with_the_same_numb
     cache = tmp_path / "cache"
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
     env.update(WORKBENCH_JAX_CACHE=str(cache), WORKBENCH_PROGRESS="0")
-    repo = pathlib.Path(__file__).resolve().parents[1]
+    repo = pathlib.Path(__file__).resolve().parents[2]
 
     def run(out):
         cmd = [sys.executable, "-m", "studies", "run", "cluster-histograms", "--smoke"]
