@@ -851,7 +851,7 @@ def test_a_parallel_tour_leaves_jax_to_its_workers(tmp_path):
     (tmp_path / "_wb_light_study.py").write_text(_ON_DISK_STUDY.format(name="tri", n=12))
     code = (
         "import sys\n"
-        "from studies import _tour\n"
+        "from studies._run import tour as _tour\n"
         "if __name__ == '__main__':\n"
         "    code = _tour.run_tour(None, root='runs', registry={'tri': '_wb_light_study'}, jobs=2)\n"
         "    print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'workbench')))\n"
