@@ -424,8 +424,8 @@ def _same_run(
 
 
 def _value(identity: dict, key) -> str:
-    """A field of a run's identity as the refusal shows it: a field left out (one added after
-    runs were written, at a value without effect) is at its default, not None."""
+    """A field of a run's identity as the refusal shows it: a field the identity leaves out (one
+    a config leaves out while it has no effect) is at its default, not None."""
     return repr(identity[key]) if key in identity else "its default"
 
 

@@ -7,7 +7,7 @@ stays well below 95 %). Every network has the same parameters: one layer's atten
 feed-forward controls, the same embedding and head; only the layer's scheme differs, each at
 one step per layer, with no running cost:
 
-- `lie` — Lie–Trotter, `u + MHA(LN u)` then `+ FFN(LN ·)`: today's Transformer layer;
+- `lie` — Lie–Trotter, `u + MHA(LN u)` then `+ FFN(LN ·)`: the usual Transformer layer;
 - `strang` — Strang, FFN½–attention–FFN½ (Macaron's layout; sub-flows by the midpoint rule, so
   the layer has order 2);
 - `yoshida4` — Yoshida's fourth-order composition of three Strang steps (sub-flows by RK4);

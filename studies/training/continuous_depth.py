@@ -6,7 +6,7 @@ fewer steps (compression) and adaptive steps.
 
 Recipes (`recipes`; each is `train-digits` with these fields, the rest of the config shared):
 
-- `one-step` — today's networks: every batch at one Lie–Trotter step per layer, no running or
+- `one-step` — the usual networks: every batch at one Lie–Trotter step per layer, no running or
   smoothness cost (`--depth fixed --kinetic 0 --smoothness 0`);
 - `multi-resolution` — every batch solved with k steps per layer drawn from `resolutions`, or
   on the controls projected onto `1/f` of the layers for `f` in `coarsen`
