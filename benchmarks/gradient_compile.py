@@ -1,7 +1,7 @@
 """Compile time of a training step as the model grows: the exact gradient and the continuous
 adjoint, for Lie–Trotter, Strang and Suzuki4 layers, at 4 and 12 layers.
 
-The model is the digits model of `benchmarks/train_step.py` (`studies/train_digits.py`'s: d = 64,
+The model is the digits model of `benchmarks/train_step.py` (`studies/training/train_digits.py`'s: d = 64,
 4 heads, hidden 128, batch 64, float32), one step per layer of the scheme. The step is the
 library's, `wbc.TrainStep(optimizer, method=...)` with `wbc.DiscretizeThenOptimize()` (the
 exact gradient, reverse mode through the steps) or `wbc.OptimizeThenDiscretize()` (the costate

@@ -14,9 +14,12 @@ number of programs compiled (or read back from the persistent cache: JAX's compi
 covers both), and the rest of the study's CPU (running the programs, Python, figures). The
 verdict line compares the tour's wall time with the 60 s goal (the whole tour, 2 cores).
 
-Run: `python benchmarks/tour_cost.py [--smoke] [--out PATH]`; writes
+Run: `python benchmarks/tour_cost.py [--smoke | --all] [--smoke-seconds] [--out PATH]`; writes
 `benchmarks/results/tour_cost.json` (`--smoke`: two small studies only, which decide nothing
-about the goal, `tour_cost_smoke.json`). About 5 minutes on 2 cores.
+about the goal, `tour_cost_smoke.json`; `--all`: every registered study, not only the tour's).
+About 5 minutes on 2 cores (`--all`: about half an hour). `--smoke-seconds` also writes each
+study's wall time in the tour into `studies/_run/smoke_seconds.json`, the order in which
+`workbench tour` starts its studies (longest first; studies not run here keep their entry).
 """
 
 import argparse
@@ -51,6 +54,7 @@ class Config:
     names: tuple[str, ...] | None = None
     """The studies (default: `studies.TOUR`)."""
     is_smoke: bool = False
+    every_study: bool = False
 
     @classmethod
     def smoke(cls) -> "Config":
@@ -84,7 +88,8 @@ def _tour(names, folder: str) -> dict:
     """`workbench tour` over `names`, from an empty compilation cache: its own wall time
     (`tour.json`), the process's wall time, and the CPU of it and its workers."""
     code = (
-        f"import studies\nstudies.TOUR = {tuple(names)!r}\nfrom studies.cli import entry\nentry()"
+        f"import studies\nstudies.TOUR = {tuple(names)!r}\n"
+        "from studies._run.cli import entry\nentry()"
     )
     out = pathlib.Path(folder, "tour")
     wall, cpu = _command(["-c", code, "tour", "--out", str(out)], os.path.join(folder, "cache"))
@@ -110,8 +115,12 @@ def _per_study(names, folder: str) -> list[dict]:
     import jax
     from jax import monitoring
 
-    from studies._workers import collect_garbage_less_often, start_cpu_backend, threads_per_worker
-    from studies.cli import compilation_cache_environment
+    from studies._run.cli import compilation_cache_environment
+    from studies._run.workers import (
+        collect_garbage_less_often,
+        start_cpu_backend,
+        threads_per_worker,
+    )
 
     # The command's persistent cache settings, in an empty folder. JAX read its environment
     # variables when it was imported (by `_common`), so they are given as its options here.
@@ -123,7 +132,7 @@ def _per_study(names, folder: str) -> list[dict]:
     collect_garbage_less_often()
     start_cpu_backend(threads_per_worker(2), 0)  # a worker of a 2-job tour: its share of cores
 
-    from studies import cli
+    from studies._run import cli
 
     seconds, counts = collections.defaultdict(float), collections.Counter()
 
@@ -158,15 +167,33 @@ def _per_study(names, folder: str) -> list[dict]:
     return rows
 
 
+def _write_smoke_seconds(measured: dict) -> None:
+    """Merge the studies' wall times in the tour into `studies/_run/smoke_seconds.json` (the
+    order `workbench tour` starts them in), longest first, one decimal."""
+    import studies
+
+    path = pathlib.Path(studies.__file__).parent / "_run" / "smoke_seconds.json"
+    seconds = {**studies.SMOKE_SECONDS, **{k: round(float(v), 1) for k, v in measured.items()}}
+    ordered = dict(sorted(seconds.items(), key=lambda kv: -kv[1]))
+    path.write_text(json.dumps(ordered, indent=2) + "\n", encoding="utf-8")
+    print("wrote", path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--all", action="store_true", help="every registered study")
+    parser.add_argument(
+        "--smoke-seconds", action="store_true", help="write studies/_run/smoke_seconds.json"
+    )
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    cfg = Config.smoke() if args.smoke else Config()
+    if args.smoke and args.all:
+        parser.error("--smoke and --all exclude each other")
+    cfg = Config.smoke() if args.smoke else Config(every_study=args.all)
     import studies
 
-    names = tuple(cfg.names or studies.TOUR)
+    names = tuple(cfg.names or (studies.STUDIES if cfg.every_study else studies.TOUR))
     cores = cpu_count()
     with tempfile.TemporaryDirectory() as tmp, OtherLoad() as load:
         pool = _tour(names, os.path.join(tmp, "pool"))
@@ -226,6 +253,8 @@ def main(argv=None) -> int:
     if summary["goal_met"] is not None:
         verdict = "met" if summary["goal_met"] else "not met"
         print(f"goal: the tour in <= {GOAL_S:.0f} s: {verdict} ({pool['tour_s']:.1f} s)")
+    if args.smoke_seconds:
+        _write_smoke_seconds(pool["study_wall_s"])
     name = "tour_cost_smoke.json" if cfg.is_smoke else "tour_cost.json"
     out = args.out or os.path.join(RESULTS, name)
     write_json(out, result)

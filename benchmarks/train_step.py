@@ -1,7 +1,7 @@
 """Training steps per second of the digits model: the workbench trainer's step against plain
 equinox + optax and against PyTorch, side by side in one process.
 
-The model is `studies/train_digits.py`'s: 8×8 images, a patch embedding (3×3 kernel, stride 1,
+The model is `studies/training/train_digits.py`'s: 8×8 images, a patch embedding (3×3 kernel, stride 1,
 zero padding 1: 64 patch tokens) plus a class token and position embeddings, d = 64, 4 heads,
 hidden 128, exact GELU, pre-norm blocks `u + MHA(LN(u))`, `u + FFN(LN(u))`, a final LayerNorm and
 a linear head on the class token; cross-entropy; AdamW after clipping the global gradient norm to
@@ -320,7 +320,7 @@ def plain_functions(static, optimizer):
 
 
 def workbench_model(cfg: Config, depth: int, key) -> wbc.ControlledModel:
-    """`studies/train_digits.py`'s model (same constructors and key use), then every floating
+    """`studies/training/train_digits.py`'s model (same constructors and key use), then every floating
     weight perturbed by `cfg.perturbation · N(0, 1)`: the head, the biases and the class token
     start at zero, and a value check on zeros would check nothing."""
     k1, k2, k3 = jax.random.split(key, 3)

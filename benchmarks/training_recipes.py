@@ -1,5 +1,5 @@
 """Cost per training step of the continuous-depth recipes against today's Lie training, side by
-side in one process, on the digits model (`studies/train_digits.py`'s: 65 tokens, d = 64, 4
+side in one process, on the digits model (`studies/training/train_digits.py`'s: 65 tokens, d = 64, 4
 heads, hidden 128, 4 layers, batch 64, float32, AdamW after clipping).
 
 Recipes (the workbench's `wbc.TrainStep`, called as `wbc.train` calls it, augmentation off):
@@ -62,7 +62,8 @@ from _common import RESULTS, OtherLoad, environment, layer_norm, stats, table, w
 
 import workbench as wb
 import workbench.control as wbc
-from studies import _training, train_digits
+from studies._toolkit import training as _training
+from studies.training import train_digits
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_step import (  # noqa: E402

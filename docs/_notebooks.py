@@ -8,7 +8,7 @@ its source in the notebook's metadata. The kernel runs without progress bars (`W
 for the library's and the studies', `HF_HUB_DISABLE_PROGRESS_BARS=1` for transformers' "Loading
 weights" in the MiniLM notebook): a bar (tqdm's widget where `ipywidgets` is installed) means
 nothing on a static page, whose widget renderer would come from the network. The test suite does this for every notebook
-(`tests/test_notebooks.py`), so after a test run the copies exist.
+(`tests/docs/test_notebooks.py`), so after a test run the copies exist.
 
 The site (`docs/_hooks.py`) renders the executed copy of a notebook when its recorded hash is
 the current source's, and the bare source (code, no outputs) otherwise: editing a notebook

@@ -140,7 +140,7 @@ plt.show()
 # scheme, in float32 and float64.
 
 # %%
-import studies.exact_recovery as study
+import studies.models.exact_recovery as study
 
 results = study.compute(study.smoke_config())
 verdict = study.verdict(results)

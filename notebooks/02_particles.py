@@ -99,7 +99,7 @@ plt.show()
 # already shows the front approaching $\Gamma_\infty$ as d grows.
 
 # %%
-from studies import phase_diagram as pd
+from studies.particles import phase_diagram as pd
 
 sa = eqx.filter_vmap(P.SA)(jnp.array([1.0, 4.0, 9.0]))  # one SA per β
 print("Γ_∞ time t*(β) for β = 1, 4, 9 (n = 32):", np.round(P.gamma_infinity(sa), 1))
@@ -117,14 +117,14 @@ show(pd.figures(phase))
 # long horizon (paper B, Fig. 4) and measures how long the multi-cluster plateaus last.
 
 # %%
-from studies import cluster_histograms as ch
+from studies.particles import cluster_histograms as ch
 
 hist = ch.compute(ch.smoke_config())
 print(ch.verdict(hist))
 show(ch.figures(hist))
 
 # %%
-from studies import metastability as ms
+from studies.particles import metastability as ms
 
 meta = ms.compute(ms.smoke_config())
 print(ms.verdict(meta))

@@ -64,7 +64,7 @@ def show(figures):
 # pre-norm only; the post-norm equation returns in the splitting section).
 
 # %%
-from studies import convergence_order as co
+from studies.numerics import convergence_order as co
 
 orders = co.compute(dataclasses.replace(co.smoke_config(), equations=("pre-norm",)))
 print(co.verdict(orders))
@@ -107,7 +107,7 @@ assert abs(wba.max_stable_step(wb.schemes.RK4(), [-1.0 + 0j]) - 2.7853) < 1e-4
 # judged on the decaying ones).
 
 # %%
-from studies import stability as st
+from studies.numerics import stability as st
 
 stab = st.compute(st.smoke_config())
 print(st.verdict(stab))
@@ -125,7 +125,7 @@ show(st.figures(stab))
 # the projection (a projection method) keeps order 4.
 
 # %%
-from studies import splitting_error as se
+from studies.numerics import splitting_error as se
 
 split = se.compute(se.smoke_config())
 print(se.verdict(split))

@@ -76,7 +76,7 @@ def show(figures):
 # the time and memory of each method against depth, is left out here to keep the run short.)
 
 # %%
-from studies import adjoint_accuracy as aa
+from studies.training import adjoint_accuracy as aa
 
 adj = aa.compute(
     dataclasses.replace(aa.smoke_config(), schemes=("strang",), cost_methods=(), repeats=1)
@@ -101,7 +101,7 @@ with warnings.catch_warnings():  # the cost figures are empty here (their part w
 # study runs 600 iterations of a four-layer model.
 
 # %%
-from studies import msa_vs_gradient as mv
+from studies.training import msa_vs_gradient as mv
 
 msa = mv.compute(
     dataclasses.replace(mv.smoke_config(), steps=20, window=2, include_basic=False),
@@ -133,7 +133,8 @@ show(mv.figures(msa))
 # plan's tolerance still holds for the trained weights.
 
 # %%
-from studies import plan as pl, train_digits as td
+from studies.numerics import plan as pl
+from studies.training import train_digits as td
 
 model = dataclasses.replace(
     td.smoke_config(), embedding="vit", patch_size=4, epochs=6, target_accuracy=0.4, depth="fixed"
@@ -190,7 +191,7 @@ tmp.cleanup()
 # the difference between the recipes already shows.
 
 # %%
-from studies import continuous_depth as cd
+from studies.training import continuous_depth as cd
 
 depth = cd.compute(
     dataclasses.replace(

@@ -90,7 +90,7 @@ if HAVE_MINILM:
 
 # %%
 if HAVE_MINILM:
-    from studies import real_model_dynamics as rmd
+    from studies.models import real_model_dynamics as rmd
 
     dyn = rmd.compute(rmd.smoke_config())
     print(rmd.verdict(dyn))

@@ -1,5 +1,17 @@
 """Runnable studies: one module per question, run with `workbench run <name>`.
 
+The package
+-----------
+- this module: the registry (`STUDIES`, `TOUR`, `get_study`) and `ConfigError`;
+- the studies, by theme: `particles` (the particle model of self-attention, paper B),
+  `numerics` (orders, splitting error, stability, resolution, the discretization plan),
+  `training` (training as optimal control, gradient methods, costs, depth refinement) and
+  `models` (published, pretrained and trained Transformers as discretizations);
+- `_toolkit`: what the studies share (config checks and fields, memory estimates, tables and
+  figures, trained weights, the training studies' recipe, identity, certificate and outcome);
+- `_run`: the `workbench` command (`_run.cli`), the harness, run folders and the tour. No study
+  imports it.
+
 The study protocol
 ------------------
 A study is a plain module in this package. Its computation is separate from its presentation,
@@ -11,8 +23,8 @@ so a notebook, a test or the training loop can call `compute` and get numbers wi
 - `SUMMARY: str` — one line, shown by `workbench list`;
 - `Config` — a frozen dataclass whose typed fields have defaults giving the full-size study, and
   whose `__post_init__` validates every field's range and the relations between fields with the
-  checks of `studies._config` (a `ConfigError`, one line naming the field, the value and what
-  is allowed). Field types the command line can set: `int`, `float`, `bool`, `str`,
+  checks of `studies._toolkit.config` (a `ConfigError`, one line naming the field, the value
+  and what is allowed). Field types the command line can set: `int`, `float`, `bool`, `str`,
   `tuple[int, ...]`, `tuple[float, ...]`, `tuple[str, ...]`, `typing.Literal[...]` of strings or
   ints, and `X | None` of those;
 - `smoke_config() -> Config` — the same study sized to run in seconds on a CPU, used by
@@ -34,56 +46,61 @@ Optional: `Config.estimated_peak_bytes() -> int` (the harness refuses, before an
 made, a config that cannot fit in the memory available) and `run_identity(config) -> dict` (the
 fields that make two runs the same run; default: every field but `devices` and `shard_params`).
 
-The harness (`studies._harness.run_study`) locks the run folder, refuses another study or config
+The harness (`studies._run.harness.run_study`) locks the run folder, refuses another study or config
 there, records the run's state in `run.json`, writes `config.json` (the config, whether it is a
 smoke run, and the environment) before calling `compute`, then `results.json`, the figures and
 `report.md` (the verdict, then the report), all atomically. In a notebook::
 
-    import studies.repulsion as s
+    import studies.particles.repulsion as s
     r = s.compute(s.smoke_config())
     s.figures(r)["gaps"]          # a matplotlib Figure
     print(s.verdict(r))
 
 Registering a study
 -------------------
-Add `NAME: "studies.<module>"` to `STUDIES`. Modules are imported only when a study is asked
-for (`get_study`), so importing this package stays cheap and a broken study does not break the
-others.
+Put the module in its theme's folder and add `NAME: "studies.<theme>.<module>"` to `STUDIES`.
+Modules are imported only when a study is asked for (`get_study`), so importing this package
+stays cheap and a broken study does not break the others. A run folder records the study's
+name, not its module path (and a training study's identity names the module without its theme,
+`studies._toolkit.training.study_id`), so a study can move to another theme and keep its run
+folders.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import pathlib
 from types import ModuleType
 
-from ._config import ConfigError as ConfigError
+from ._toolkit.config import ConfigError as ConfigError
 
 __all__ = ["SMOKE_SECONDS", "STUDIES", "TOUR", "ConfigError", "get_study"]
 
 STUDIES: dict[str, str] = {
-    "exact-recovery": "studies.exact_recovery",
-    "cluster-histograms": "studies.cluster_histograms",
-    "metastability": "studies.metastability",
-    "high-dimension": "studies.high_dimension",
-    "repulsion": "studies.repulsion",
-    "phase-diagram": "studies.phase_diagram",
-    "step-convergence": "studies.step_convergence",
-    "convergence-order": "studies.convergence_order",
-    "penalty-form": "studies.penalty",
-    "splitting-error": "studies.splitting_error",
-    "plan": "studies.plan",
-    "resolution": "studies.resolution",
-    "stability": "studies.stability",
-    "train-digits": "studies.train_digits",
-    "train-sequence": "studies.train_sequence",
-    "adjoint-accuracy": "studies.adjoint_accuracy",
-    "msa-vs-gradient": "studies.msa_vs_gradient",
-    "depth-refinement": "studies.depth_refinement",
-    "regularization-cost": "studies.regularization_cost",
-    "continuous-depth": "studies.continuous_depth",
-    "scheme-architectures": "studies.scheme_architectures",
-    "trained-model-analysis": "studies.trained_model_analysis",
-    "real-model-dynamics": "studies.real_model_dynamics",
+    "exact-recovery": "studies.models.exact_recovery",
+    "cluster-histograms": "studies.particles.cluster_histograms",
+    "metastability": "studies.particles.metastability",
+    "high-dimension": "studies.particles.high_dimension",
+    "repulsion": "studies.particles.repulsion",
+    "phase-diagram": "studies.particles.phase_diagram",
+    "step-convergence": "studies.particles.step_convergence",
+    "convergence-order": "studies.numerics.convergence_order",
+    "penalty-form": "studies.numerics.penalty",
+    "splitting-error": "studies.numerics.splitting_error",
+    "plan": "studies.numerics.plan",
+    "resolution": "studies.numerics.resolution",
+    "stability": "studies.numerics.stability",
+    "train-digits": "studies.training.train_digits",
+    "train-sequence": "studies.training.train_sequence",
+    "adjoint-accuracy": "studies.training.adjoint_accuracy",
+    "msa-vs-gradient": "studies.training.msa_vs_gradient",
+    "depth-refinement": "studies.training.depth_refinement",
+    "regularization-cost": "studies.training.regularization_cost",
+    "continuous-depth": "studies.training.continuous_depth",
+    "scheme-architectures": "studies.models.scheme_architectures",
+    "trained-model-analysis": "studies.models.trained_model_analysis",
+    "real-model-dynamics": "studies.models.real_model_dynamics",
 }
 """The registered studies: command-line name -> module path, in the order `workbench list` and
 `workbench tour` use."""
@@ -101,39 +118,25 @@ TOUR: tuple[str, ...] = (
 )
 """The studies `workbench tour` runs by default, at smoke size: the headline result of each theme
 (exact recovery, the particle model's clustering and phase diagrams, convergence and splitting
-error, the step-size plan, training as control, a real pretrained model), in 63–79 s on 2 CPU
-cores with an empty compilation cache and 48–52 s with a filled one (2026-12-07, README).
-`workbench tour --all` runs every registered study."""
+error, the step-size plan, training as control, a real pretrained model); its cost on 2 CPU
+cores is in `benchmarks/README.md` (`tour_cost.py`). `workbench tour --all` runs every
+registered study."""
 
-SMOKE_SECONDS: dict[str, float] = {
-    "continuous-depth": 100.0,
-    "trained-model-analysis": 120.0,
-    "scheme-architectures": 96.0,
-    "adjoint-accuracy": 90.0,
-    "depth-refinement": 86.0,
-    "train-digits": 47.0,
-    "splitting-error": 11.0,
-    "msa-vs-gradient": 38.0,
-    "real-model-dynamics": 14.0,
-    "exact-recovery": 20.0,
-    "regularization-cost": 33.0,
-    "convergence-order": 21.0,
-    "train-sequence": 21.0,
-    "step-convergence": 18.0,
-    "penalty-form": 15.0,
-    "stability": 14.0,
-    "resolution": 13.0,
-    "cluster-histograms": 6.0,
-    "phase-diagram": 7.0,
-    "repulsion": 8.0,
-    "high-dimension": 8.0,
-    "plan": 7.0,
-    "metastability": 4.0,
-}
-"""Measured smoke-size wall times (seconds, one 2-core CPU, 2 studies at a time), used only to
-start the slowest studies first when the tour runs several at once (longest-processing-time
-order: the cores stay busy to the end); a study missing here starts last. The report keeps
-the tour's order."""
+
+def _smoke_seconds() -> dict[str, float]:
+    path = pathlib.Path(__file__).parent / "_run" / "smoke_seconds.json"
+    try:
+        return {str(k): float(v) for k, v in json.loads(path.read_text("utf-8")).items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+SMOKE_SECONDS: dict[str, float] = _smoke_seconds()
+"""Each study's wall time at smoke size in a tour (seconds), read from `_run/smoke_seconds.json`
+(`benchmarks/tour_cost.py --all --smoke-seconds` writes it; empty when the file is missing).
+Used only to start the slowest studies first when the tour runs several at once
+(longest-processing-time order: the cores stay busy to the end); a study missing here starts
+last. The report keeps the tour's order."""
 
 
 def get_study(name: str) -> ModuleType:
@@ -144,7 +147,7 @@ def get_study(name: str) -> ModuleType:
     - `name`: a key of `STUDIES`, e.g. `"exact-recovery"`.
 
     **Returns:** the module (not yet checked against the protocol; see
-    `studies._harness.check_study`).
+    `studies._run.harness.check_study`).
 
     **Raises:** `ValueError` listing the valid names if `name` is not registered. Errors raised
     while importing the module propagate unchanged.
@@ -152,7 +155,7 @@ def get_study(name: str) -> ModuleType:
     try:
         module_path = STUDIES[name]
     except (KeyError, TypeError):
-        from ._overrides import did_you_mean
+        from ._run.overrides import did_you_mean
 
         valid = ", ".join(STUDIES) if STUDIES else "(none registered)"
         hint = did_you_mean(str(name), STUDIES)

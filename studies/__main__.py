@@ -1,5 +1,5 @@
 """`python -m studies ...` is the `workbench` command."""
 
-from .cli import entry
+from ._run.cli import entry
 
 entry()

@@ -23,31 +23,25 @@ else:
 X64 = os.environ.get("WORKBENCH_X64", "1") != "0"
 jax.config.update("jax_enable_x64", X64)
 
-# Four clean-clone CI runs (2026-12-05 and -06) lost an xdist worker inside XLA: a SIGABRT in a
-# compile, and segmentation faults in a compile and in reading an executable back from the
-# compilation cache. They were blamed on XLA's optimization level 0, then on the cache. One
-# cause fits all four, and it is reproduced for one: each compiled program holds about 17
-# memory maps of the process (on CPU, jaxlib 0.10.2), JAX keeps every program it compiled for
-# the life of the process, and Linux refuses a 65 531st map (`vm.max_map_count`). A worker
-# that runs half the suite passed that limit: a local run of the suite (2026-12-06, 14:33)
-# segfaulted in `backend_compile_and_load` with the worker at 65 529 maps, in the very test the
-# last CI lost. `_release_compiled_programs` (below) frees the programs when each test file
-# ends; the clean-clone CI run after it peaked at 16 636 maps in a worker, and passed.
+# Each compiled program holds about 17 memory maps of the process (on CPU), JAX keeps every
+# program it compiled for the life of the process, and Linux refuses a map past
+# `vm.max_map_count` (65 530 by default). An xdist worker that runs half the suite passes that
+# limit, and XLA then dies inside whatever it was doing (a SIGABRT or a segmentation fault in a
+# compile, or in reading an executable back from the compilation cache).
+# `_release_compiled_programs` (below) frees the programs when each test file ends.
 
 # XLA's backend optimization level (LLVM's -O) for the test run: 0, where JAX's default is 3.
 # Most programs of the suite are small and run once, so compiling them is most of their cost;
 # at level 0 the HLO passes (fusion, simplification) are the same and only the machine code is
-# less optimized, so values agree to round-off and the tolerances are the same either way.
-# Three compile-heavy files (test_train_step, test_models, test_control_gradients; 2 workers,
-# empty cache, one run after another, 2026-12-06 on a 2-core AMD EPYC) took 133 s at level 0,
-# 176 s at the default and 184 s at level 1; the training runs the tests start in subprocesses
-# (the two SIGKILL tests: 86 s either way) and notebook 04 (107-108 s) are no slower. The test
-# run used level 0 once before and went back to the default when CI workers died inside XLA;
-# the comment above gives their cause, which was not the level. It goes through `XLA_FLAGS`,
-# so that the subprocesses and notebook kernels the tests start use it too; the library, the
-# studies and the benchmarks never set it. `WORKBENCH_TEST_XLA_OPT=3` (or an
-# `--xla_backend_optimization_level` in your own `XLA_FLAGS`) compiles as a user's session
-# does; CI's float32 pass, the default user path, does so. Set before the CPU backend starts.
+# less optimized, so values agree to round-off and the tolerances are the same either way. The
+# compile-heavy files (test_train_step, test_models, test_control_gradients) take about a
+# quarter less time at level 0 than at the default; the training runs the tests start in
+# subprocesses and the notebooks are no slower. The level is not what crashed workers inside
+# XLA (the memory maps above are). It goes through `XLA_FLAGS`, so that the subprocesses and
+# notebook kernels the tests start use it too; the library, the studies and the benchmarks
+# never set it. `WORKBENCH_TEST_XLA_OPT=3` (or an `--xla_backend_optimization_level` in your
+# own `XLA_FLAGS`) compiles as a user's session does; CI's float32 pass, the default user path,
+# does so. Set before the CPU backend starts.
 _OPT = os.environ.get("WORKBENCH_TEST_XLA_OPT", "0")
 if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = " ".join(
@@ -63,7 +57,6 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # (`rm -rf` it to empty it; `.ci/run` keeps it in `~/.cache/workbench/jax-ci`, from one CI run
 # to the next); `WORKBENCH_JAX_CACHE=DIR` puts it elsewhere, `WORKBENCH_JAX_CACHE=0`
 # turns it off (and keeps the commands the tests run out of the user's `~/.cache/workbench/jax`).
-# It was off for a day, blamed for the crash above that happened while reading an executable back.
 _CACHE = os.environ.get("WORKBENCH_JAX_CACHE", "")
 if _CACHE != "0":
     if _CACHE in ("", "1"):
@@ -87,7 +80,7 @@ STUDY_FIXTURES = frozenset(
 )
 
 
-# The longest test files, longest first (`--durations=0`, summed per file, 2026-12-05). With
+# The longest test files, longest first (`--durations=0`, summed per file). With
 # `-n auto --dist loadfile` a file runs whole on one worker, and the files are handed out in
 # collection order: the longest go first, so the run does not end on one worker finishing a
 # long file while the others wait (xdist's own order, most tests first, put the notebooks last).
@@ -138,7 +131,7 @@ def _release_compiled_programs():
     the process, and on CPU each holds about 17 memory maps (its code, data and guard pages).
     Linux lets a process have `vm.max_map_count` = 65530 maps; past them `mmap` fails, and
     XLA dies in whatever it was doing: compiling, or reading an executable back. An xdist
-    worker runs half the suite in one process, and reached the limit (the comment near the
+    worker runs half the suite in one process, enough to reach the limit (the comment near the
     top of this file); one test file alone stays well under it."""
     yield
     jax.clear_caches()

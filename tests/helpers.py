@@ -2,7 +2,6 @@
 
 import os
 
-import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -25,16 +24,6 @@ ALL_SCHEMES = (
 def xla_flags(*flags: str) -> str:
     """`XLA_FLAGS` for a subprocess: the test run's own (a user's, kept) followed by `flags`."""
     return " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
-
-
-def tree_allclose(x, y, *, rtol=1e-12, atol=1e-12) -> bool:
-    """Whether two pytrees have the same structure and close leaves (to assert with a message,
-    use `chex.assert_trees_all_close` directly)."""
-    try:
-        chex.assert_trees_all_close(x, y, rtol=rtol, atol=atol)
-    except AssertionError:
-        return False
-    return True
 
 
 def max_abs(a, b) -> float:
