@@ -3,8 +3,7 @@
 pytest-xdist (3.8.0, the latest release) hands a crashed worker's whole workload back to the
 queue, the files it had finished included (`LoadScopeScheduling.remove_node`). A finished file
 is then sent to a worker as an empty list of tests, the worker waits for tests that never come,
-and the session hangs until something kills it: a CI run hung for the rest of its 90 minutes
-after one worker died (2026-12-06). A replacement worker given a file with one test left hangs
+and the session hangs until something kills it (a CI run's whole time limit). A replacement worker given a file with one test left hangs
 the same way. Upstream: pytest-dev/pytest-xdist issues 784, 1323 and 1327, fixed on their main
 branch after 3.8.0.
 
@@ -46,7 +45,7 @@ class CrashSafeLoadFileScheduling(LoadFileScheduling):
     def _assign_work_unit(self, node):
         # A worker that died just after a report is still a node until xdist reads its "down"
         # event, and that report may make xdist hand it a file first: the send to its closed
-        # channel raises OSError, an INTERNALERROR that ends the session (a CI run, 2026-12-07).
+        # channel raises OSError, an INTERNALERROR that ends the session.
         # The file stays assigned to the dead worker, with no test done; `remove_node` puts it
         # back in the queue.
         try:
