@@ -43,6 +43,7 @@ from studies._fields import (
     defaults,
 )
 from studies._report import markdown_table, new_figure, progress
+from workbench.particles._starts import half_time, uniform_sphere
 
 NAME = "cluster-histograms"
 SUMMARY = "Paper B's Fig. 1 for the particle model: histograms of ⟨x_i, x_j⟩ over time (SA, several β, d)."
@@ -214,7 +215,7 @@ def compute(config: Config) -> Results:
         )
         betas = jnp.asarray(config.betas, dtype=jnp.float64)
         for j, d in enumerate(progress(config.dims, desc=NAME)):
-            x0 = jnp.asarray(wb.particles.uniform_sphere(rng, ns, config.n, d))
+            x0 = jnp.asarray(uniform_sphere(rng, ns, config.n, d))
             c, f, k = batched(betas, x0)  # (B, S, T, bins), (B, S, T), (B, S)
             counts[:, j] = np.asarray(c).sum(axis=1)
             frac[:, j] = np.asarray(f)
@@ -224,8 +225,8 @@ def compute(config: Config) -> Results:
 
     density = counts / (ns * pairs)  # fraction of ordered pairs per bin
     frac_mean = frac.mean(axis=2)  # (B, D, T)
-    t_half = wb.particles.half_time(ts, frac_mean, 0.5)
-    t_99 = wb.particles.half_time(ts, frac_mean, COLLAPSED)
+    t_half = half_time(ts, frac_mean, 0.5)
+    t_99 = half_time(ts, frac_mean, COLLAPSED)
     snap = [int(np.argmin(np.abs(ts - s))) for s in config.snapshot_times]
     rows = [
         Row(

@@ -44,6 +44,14 @@ from studies._fields import (
     defaults,
 )
 from studies._report import markdown_table, new_figure, progress
+from workbench.analysis._exponential import exponential_fit
+from workbench.particles._starts import uniform_sphere
+from workbench.particles._time_series import (
+    CountSummary,
+    StartsSummary,
+    summarize_counts,
+    summarize_starts,
+)
 
 NAME = "metastability"
 SUMMARY = (
@@ -162,9 +170,9 @@ class Results:
     """(β, start, t): the authors' rank counts."""
     angles: dict[str, np.ndarray]
     """Featured β (by str(β)) → the angles (t, n) of start 0."""
-    runs: dict[str, list[wb.particles.CountSummary]]
+    runs: dict[str, list[CountSummary]]
     """str(β) → the summary of each start's count series."""
-    per_beta: dict[str, wb.particles.StartsSummary]
+    per_beta: dict[str, StartsSummary]
     """str(β) → those summaries over the starts."""
     rank_vs_components: Agreement
     cross_check: CrossCheck | None
@@ -207,7 +215,7 @@ def _batched(config: Config, *, dt, t1, save_ts, integrator):
 
 
 def _fit_growth(
-    config: Config, per_beta: dict[str, wb.particles.StartsSummary]
+    config: Config, per_beta: dict[str, StartsSummary]
 ) -> GrowthFit | None:
     """Exponential fit of the median longest plateau against β over β ≥ 2, uncensored medians."""
     pts = [
@@ -218,7 +226,7 @@ def _fit_growth(
     if len(pts) < 3:
         return None
     b, dur = np.array(pts).T
-    fit = wb.analysis.exponential_fit(b, dur)
+    fit = exponential_fit(b, dur)
     return GrowthFit(fit.rate, fit.intercept, b.tolist())
 
 
@@ -248,7 +256,7 @@ def compute(config: Config) -> Results:
     t1 = steps_in(config.t1, config.dt) * config.dt
     ts = _log_grid(t1, config.dt, config.num_saves)
     rng = np.random.default_rng(config.seed)
-    x0_np = wb.particles.uniform_sphere(rng, config.num_starts, config.n, config.d)
+    x0_np = uniform_sphere(rng, config.num_starts, config.n, config.d)
     comp = np.zeros((len(config.betas), config.num_starts, ts.size), dtype=np.int64)
     rank = np.zeros_like(comp)
     angles = {}
@@ -264,10 +272,10 @@ def compute(config: Config) -> Results:
         cross = _cross_check(config, x0, ts, comp) if config.check_t1 else None
 
     runs = [
-        [wb.particles.summarize_counts(ts, c, max_count=config.max_count) for c in comp[b]]
+        [summarize_counts(ts, c, max_count=config.max_count) for c in comp[b]]
         for b in range(len(config.betas))
     ]
-    per_beta = {str(beta): wb.particles.summarize_starts(r) for beta, r in zip(config.betas, runs)}
+    per_beta = {str(beta): summarize_starts(r) for beta, r in zip(config.betas, runs)}
     equal, clustered = comp == rank, (comp >= 2) & (comp <= config.max_count)
     agreement = Agreement(
         fraction_equal=float(equal.mean()),
@@ -346,7 +354,7 @@ def verdict(results: Results) -> str:
 
 
 def _time_in_states(
-    p: wb.particles.StartsSummary, runs: list[wb.particles.CountSummary], t1: float
+    p: StartsSummary, runs: list[CountSummary], t1: float
 ) -> str:
     """How long the runs sit with 2, 3, … clusters (median under 10 time units left out)."""
     parts = [

@@ -10,7 +10,7 @@ feature grid is refined with the token grid held fixed (Gauss), and vice versa; 
 largest deviation of `u(T)` at 3 × 3 fixed probe points `(x_p, y_q)` (Nyström values: the equation
 evaluated off the grid) from a Gauss reference with many more nodes, plus the error of the
 functional `J = ∫∫ u(T) ψ`. Observed orders come from `wb.analysis.fit_order` over the grid
-spacings; Gauss errors are measured by their exponential rate (`wb.analysis.exponential_rate`,
+spacings; Gauss errors are measured by their exponential rate (`exponential_rate`,
 decades per node), not forced into an order. Two checks frame it: a uniform (midpoint) grid
 should be exactly the standard pre-LN Transformer with folded weights `diag(w) W(ξ_i, y_j)`; and
 ReLU instead of a smooth activation puts a kink into the integrand of the hidden variable, which
@@ -43,6 +43,7 @@ from studies._report import (
     reduction_note,
     wide_ci_note,
 )
+from workbench.analysis._exponential import exponential_rate
 
 NAME = "resolution"
 SUMMARY = "Token- and feature-grid refinement of the continuous Transformer at the rule's order."
@@ -200,7 +201,7 @@ def _ladder(model, f, psi, rule_name, refine, activation, config, pad_to) -> Lad
     rate = None
     if rule.order is None:
         try:
-            rate = wba.exponential_rate(sizes, e)
+            rate = exponential_rate(sizes, e)
         except ValueError:
             pass
     return Ladder(

@@ -46,6 +46,7 @@ from studies._config import (
 )
 from studies._report import markdown_table, new_figure, progress
 from studies._trained import check_weights, is_run_folder, sizes, trained
+from workbench.analysis._spectra import matrix_with_spectrum
 
 NAME = "stability"
 SUMMARY = "Stability regions vs Jacobian spectra, max stable steps, Lipschitz of attention, FTLEs."
@@ -247,7 +248,7 @@ def _linear_study(config: Config, rng) -> list[StepRow]:
     trial["rate_tol"] = config.linear_rate_tol
     s = np.eye(dim) + 0.3 * rng.normal(size=(dim, dim)) / np.sqrt(dim)  # mildly non-normal
     for case, eigs in _linear_cases(dim).items():
-        jac = wa.matrix_with_spectrum(eigs, similarity=s)
+        jac = matrix_with_spectrum(eigs, similarity=s)
         for name in config.methods:
             method = wa.unsplit_method(name)
             pred = wa.max_stable_step(method, eigs)

@@ -47,6 +47,7 @@ from studies._fields import (
     defaults,
 )
 from studies._report import markdown_table, new_figure, progress
+from workbench.particles._starts import half_time
 
 NAME = "step-convergence"
 SUMMARY = "Phase-diagram statistic and Gram matrices vs dt for Euler vs RK4 projection."
@@ -300,7 +301,7 @@ def compute(config: Config) -> Results:
             )
 
         ref = diagram(rk4, c.reference_dt)
-        ref_half = np.asarray(wb.particles.half_time(ts, ref.fraction), float)
+        ref_half = np.asarray(half_time(ts, ref.fraction), float)
         ref_grams = _grams(rk4, c.reference_dt, c.order_betas, order_starts, order_ts, devices)
         runs = [(name, dt) for name in c.integrators for dt in c.dts]
         rows = []
@@ -308,7 +309,7 @@ def compute(config: Config) -> Results:
             integrator = wb.particles.INTEGRATORS[name]
             pd = diagram(integrator, dt)
             err = np.abs(pd.fraction - ref.fraction)
-            half = np.asarray(wb.particles.half_time(ts, pd.fraction), float)
+            half = np.asarray(half_time(ts, pd.fraction), float)
             both = ~np.isnan(half) & ~np.isnan(ref_half)
             grams = _grams(integrator, dt, c.order_betas, order_starts, order_ts, devices)
             gram_err = np.abs(grams - ref_grams).max(axis=(0, 1, 3, 4))  # per order time

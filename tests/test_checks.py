@@ -15,6 +15,7 @@ from workbench._checks import (
     positive_float,
     positive_int,
 )
+from workbench.particles._starts import uniform_sphere
 
 
 def _message(fn, *args, **kwargs) -> str:
@@ -122,7 +123,7 @@ def test_call_sites():
         wb.Penalty(0)
     assert wb.Penalty(math.inf).epsilon == math.inf  # unchanged: only > 0 is asked for
     with pytest.raises(ValueError, match=r"^uniform_sphere: n=0 must be an integer >= 1\.$"):
-        wb.particles.uniform_sphere(np.random.default_rng(0), 1, 0, 3)
+        uniform_sphere(np.random.default_rng(0), 1, 0, 3)
     with pytest.raises(ValueError, match=r"^simulate: num_steps=-1 must be a nonnegative integer"):
         wb.particles._simulate._check_num_steps(-1)
     match = r"^num=1 must be an integer >= 2 \(the number of nodes of a quadrature grid\)\.$"

@@ -137,7 +137,7 @@ def test_divergence_is_reported_with_the_step():
 
 
 # --------------------------------------------------------------------------------------------
-# Key-padding masks: one check (workbench.terms.check_mask) wherever a mask enters
+# Key-padding masks: one check (workbench.terms._mask.check_mask) wherever a mask enters
 # --------------------------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ import workbench.control as wbc
 from studies import ConfigError, _memory
 from studies._config import SEED_MAX, steps_in
 from studies.cli import main as cli
+from workbench.particles._starts import uniform_sphere
 
 GIB = 1 << 30
 
@@ -212,7 +213,7 @@ def test_repulsion_estimate_matches_xla_of_its_flow_chunk(scale):
     with jax.enable_x64(True):
         for n in config.ns:
             for d in config.dims:
-                xs = jnp.asarray(wb.particles.uniform_sphere(np.random.default_rng(0), s, n, d))
+                xs = jnp.asarray(uniform_sphere(np.random.default_rng(0), s, n, d))
                 program = _xla_bytes(chunk.lower(jnp.asarray(1.0, jnp.float64), xs))
                 cases.append(program + xs.nbytes + np.zeros((s, n, n)).nbytes)
     checks = int(config.max_time // config.chunk_time) + 1

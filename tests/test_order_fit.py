@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.analysis._order import DEFAULT_ROUNDOFF
 
 
 def test_exact_power_law():
@@ -171,7 +172,7 @@ def test_roundoff_level():
         wb.analysis.roundoff_level(np.zeros(2), 1.0, [5, 7]), [5 * eps, 7 * eps]
     )
     assert wb.analysis.roundoff_level(1e-3, 1.0, 2) == pytest.approx(2e-3)
-    assert wb.analysis.DEFAULT_ROUNDOFF == pytest.approx(10 * eps)
+    assert DEFAULT_ROUNDOFF == pytest.approx(10 * eps)
     with pytest.raises(ValueError, match="num_steps"):
         wb.analysis.roundoff_level(np.float64, 1.0, [1, 0])
 

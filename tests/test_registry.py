@@ -16,6 +16,7 @@ import pytest
 import workbench as wb
 import workbench.analysis as wba
 from workbench._table import Table
+from workbench.particles._integrators import AbstractProjectedRK
 
 R = wb.registry
 S = wb.schemes
@@ -208,7 +209,7 @@ def test_memory_stage_counts_match_the_integrators():
 
     assert set(INTEGRATOR_STAGES) == set(R.SPHERE_INTEGRATORS)
     for name, integrator in R.SPHERE_INTEGRATORS.items():
-        if isinstance(integrator, P.AbstractProjectedRK):
+        if isinstance(integrator, AbstractProjectedRK):
             assert INTEGRATOR_STAGES[name] == integrator.method.tableau.num_stages, name
 
 

@@ -9,13 +9,7 @@ from ._convergence import (
     error_ladder as error_ladder,
     reference_solution as reference_solution,
 )
-from ._exponential import (
-    ExponentialFit as ExponentialFit,
-    exponential_fit as exponential_fit,
-    exponential_rate as exponential_rate,
-)
 from ._order import (
-    DEFAULT_ROUNDOFF as DEFAULT_ROUNDOFF,
     ORDER_FIT_RESULTS as ORDER_FIT_RESULTS,
     OrderFit as OrderFit,
     OrderFitError as OrderFitError,
@@ -52,8 +46,6 @@ from ._spectra import (
     layer_inputs as layer_inputs,
     lipschitz_estimate as lipschitz_estimate,
     lyapunov_exponents as lyapunov_exponents,
-    matrix_with_spectrum as matrix_with_spectrum,
-    spectral_projector as spectral_projector,
     term_fields as term_fields,
 )
 from ._splitting import (

@@ -15,7 +15,6 @@ from ._convolution import (
     DepthwiseConvolution as DepthwiseConvolution,
 )
 from ._feedforward import FeedForward as FeedForward, LinearKernel as LinearKernel
-from ._mask import check_mask as check_mask
 from ._projections import (
     LayerNormProjection as LayerNormProjection,
     NonnegativeProjection as NonnegativeProjection,
