@@ -10,7 +10,7 @@ from ._convergence import (
     reference_solution as reference_solution,
 )
 from ._order import (
-    ORDER_FIT_RESULTS as ORDER_FIT_RESULTS,
+    RESULTS as RESULTS,
     OrderFit as OrderFit,
     OrderFitError as OrderFitError,
     fit_order as fit_order,
