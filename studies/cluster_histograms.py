@@ -72,7 +72,7 @@ class Config(FinalTime, Dims, Delta, Integrator, SaveEvery, Dt, Betas, Particles
         check_positive(self, "t1", "dt", "save_every")
         check_multiple(self, "save_every", of="dt")
         check_multiple(self, "t1", of="save_every")
-        check_choices(self, "integrator", wb.particles.INTEGRATORS)
+        check_choices(self, "integrator", wb.registry.SPHERE_INTEGRATORS)
         check_range(self, "bins", 2)
         check_range(self, "delta", 0, 1, low_open=True, high_open=True)
         check_range(self, "snapshot_times", 0, self.t1)
@@ -203,7 +203,7 @@ def compute(config: Config) -> Results:
             num_saves=num_saves,
             bins=config.bins,
             delta=config.delta,
-            integrator=wb.particles.INTEGRATORS[config.integrator],
+            integrator=wb.registry.SPHERE_INTEGRATORS[config.integrator],
         )
         # vmap over starts (inner) and β (outer), the starts cut over the devices; one
         # compilation per d.

@@ -83,7 +83,7 @@ class Config(FinalTime, Dims, Integrator, SaveEvery, Dt, Betas, Particles, Parti
         check_positive(self, "t1", "dt", "save_every", "exponent_tol")
         check_multiple(self, "save_every", of="dt")
         check_multiple(self, "t1", of="save_every")
-        check_choices(self, "integrator", wb.particles.INTEGRATORS)
+        check_choices(self, "integrator", wb.registry.SPHERE_INTEGRATORS)
         window = self.fit_window
         ok = len(window) == 2 and all(math.isfinite(v) for v in window)
         check(
@@ -229,7 +229,7 @@ def compute(config: Config) -> Results:
             dt=config.dt,
             steps_per_save=steps_per_save,
             num_saves=num_saves,
-            integrator=wb.particles.INTEGRATORS[config.integrator],
+            integrator=wb.registry.SPHERE_INTEGRATORS[config.integrator],
         )
         # Over the starts, cut over every visible device.
         batched = wb.map_cells(

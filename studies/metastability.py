@@ -91,7 +91,7 @@ class Config(FinalTime, Dimension, Integrator, Dt, Betas, Particles, ParticleFie
         check_range(self, "num_starts", 1)
         check_positive(self, "dt", "t1", "threshold", "long_time")
         check_multiple(self, "t1", of="dt")
-        check_choices(self, "integrator", wb.particles.INTEGRATORS)
+        check_choices(self, "integrator", wb.registry.SPHERE_INTEGRATORS)
         check_range(self, "num_saves", 2)
         check_range(self, "threshold", 0, 2, low_open=True)
         check_range(self, "max_count", 2, self.n)
@@ -240,7 +240,7 @@ def _cross_check(config: Config, x0, ts, comp) -> CrossCheck:
         dt=CHECK_DT,
         t1=config.check_t1,
         save_ts=ts_check,
-        integrator=wb.particles.INTEGRATORS["euler"],
+        integrator=wb.registry.SPHERE_INTEGRATORS["euler"],
     )
     rows = []
     for beta in config.featured_betas:
@@ -262,7 +262,7 @@ def compute(config: Config) -> Results:
     angles = {}
     with jax.enable_x64(True):
         x0 = jnp.asarray(x0_np)
-        integrator = wb.particles.INTEGRATORS[config.integrator]
+        integrator = wb.registry.SPHERE_INTEGRATORS[config.integrator]
         run = _batched(config, dt=config.dt, t1=t1, save_ts=ts, integrator=integrator)
         for b, beta in enumerate(progress(config.betas, desc=NAME)):
             c, r, a = run(jnp.asarray(beta, jnp.float64), x0)

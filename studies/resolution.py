@@ -91,7 +91,7 @@ class Config:
 
     def __post_init__(self):
         check_nonempty(self, "rules", "probes")
-        check_choices(self, "rules", wba.QUADRATURE_RULES)
+        check_choices(self, "rules", wb.registry.QUADRATURE_RULES)
         check(self, "rules", len(set(self.rules)) == len(self.rules), "the rules must be distinct")
         for field in ("sizes", "gauss_sizes"):
             check_range(self, field, 2)
@@ -179,7 +179,7 @@ def _fit(spacings, errors, expected) -> wba.OrderFit | None:
 
 
 def _ladder(model, f, psi, rule_name, refine, activation, config, pad_to) -> Ladder:
-    rule = wba.quadrature_rule(rule_name)
+    rule = wb.registry.QUADRATURE_RULES[rule_name]
     gauss = wba.GaussLegendreRule()
     fixed = wba.Grid.from_rule(gauss, config.fixed_size, probes=config.probes)
     reference = wba.Grid.from_rule(gauss, config.reference_size, probes=config.probes)

@@ -299,7 +299,7 @@ def test_stability_estimate_matches_xla_of_its_jacobian_and_modal_steps(n):
         full = np.linalg.eigvals(jac)
         k = int(np.sum(full.real < -1e-8 * float(np.abs(full).max())))
         eig = jac.nbytes + 2 * np.zeros((size, size), complex).nbytes
-        rk = wa.unsplit_method("unsplit-rk4")
+        rk = wb.registry.UNSPLIT_METHODS["unsplit-rk4"]
         trials = _xla_bytes(
             _modal_amplification.lower(
                 jnp.asarray(jac, complex), jnp.zeros((size, k), complex),

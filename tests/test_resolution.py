@@ -298,7 +298,7 @@ def test_cli_rejects_bad_config_before_any_folder(tmp_path):
 
 def test_unknown_rule_names_the_valid_rules():
     with pytest.raises(ValueError, match=r"rule='simpson'.*midpoint, trapezoid, gauss"):
-        wba.quadrature_rule("simpson")
+        wb.registry.lookup("quadrature_rule", "simpson", field="rule")
 
 
 def test_bad_library_inputs(model_and_input):

@@ -17,19 +17,15 @@ from ._order import (
     roundoff_level as roundoff_level,
 )
 from ._plan import (
-    METHODS as METHODS,
     DiscretizationPlan as DiscretizationPlan,
-    method_from_name as method_from_name,
     steps_for_tolerance as steps_for_tolerance,
 )
 from ._quadrature import (
-    QUADRATURE_RULES as QUADRATURE_RULES,
     AbstractQuadratureRule as AbstractQuadratureRule,
     GaussLegendreRule as GaussLegendreRule,
     Grid as Grid,
     MidpointRule as MidpointRule,
     TrapezoidRule as TrapezoidRule,
-    quadrature_rule as quadrature_rule,
 )
 from ._resolution import (
     ContinuousLayer as ContinuousLayer,
@@ -49,11 +45,9 @@ from ._spectra import (
     term_fields as term_fields,
 )
 from ._splitting import (
-    UNSPLIT_METHODS as UNSPLIT_METHODS,
     exact_step as exact_step,
     operator_fields as operator_fields,
     splitting_step as splitting_step,
-    unsplit_method as unsplit_method,
     vector_field_commutator as vector_field_commutator,
 )
 from ._splitting_errors import (

@@ -24,27 +24,23 @@ from ..solvers._table import ODE_SOLVERS
 
 _ODE = diffrax.ODETerm(lambda t, y, args: y)
 
-METHODS: Table[tuple] = Table(
+METHODS: Table = Table(
     "method",
     "method (ODE solver or splitting scheme)",
-    {
-        **{n: (type(m), m.order(_ODE), "diffrax") for n, m in ODE_SOLVERS.items()},
-        **{n: (type(m), m.order(), "splitting") for n, m in SPLITTING_SCHEMES.items()},
-    },
+    {**ODE_SOLVERS, **SPLITTING_SCHEMES},
 )
-"""name -> (constructor, declared order, family): a view of the registry's ODE solvers
-(family `"diffrax"`) and splitting schemes (`"splitting"`), whose names are disjoint; the orders
-are the objects' own `order()`."""
+"""The methods a plan or a convergence study chooses from, by name: the registry's ODE solvers and
+splitting schemes together (their names are disjoint). Public as `workbench.registry.METHODS`."""
 
 SCHEMA = "workbench.discretization-plan/1"
 
 
-def method_from_name(name: str):
-    """The method object for a CLI name (see `METHODS`).
-
-    **Raises:** `ValueError` naming the valid names.
-    """
-    return METHODS.lookup(name, field="method")[0]()
+def declared_order(method) -> int:
+    """The order a method declares: a splitting scheme's `order()`, a diffrax solver's
+    `order(terms)` for an ODE term."""
+    if isinstance(method, diffrax.AbstractSolver):
+        return method.order(_ODE)
+    return method.order()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +49,8 @@ class DiscretizationPlan:
 
     **Fields:**
 
-    - `method`: the method's name (a key of `METHODS`; `method_object()` builds it).
+    - `method`: the method's name (a key of `workbench.registry.METHODS`; `method_object()` is
+      the method).
     - `steps_per_layer`: steps per layer (unit piece length) that meet `tolerance`.
     - `tolerance`: the requested max-abs error at `T`.
     - `measured_error`: the error measured at `steps_per_layer` against the reference.
@@ -81,10 +78,7 @@ class DiscretizationPlan:
     model: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(
-                f"plan.method={self.method!r} is not known; valid: {', '.join(METHODS)}."
-            )
+        METHODS.lookup(self.method, field="plan.method")
         if not (isinstance(self.steps_per_layer, int) and self.steps_per_layer >= 1):
             raise ValueError(
                 f"plan.steps_per_layer={self.steps_per_layer!r} must be an integer >= 1."
@@ -94,7 +88,7 @@ class DiscretizationPlan:
 
     def method_object(self):
         """The method, ready for `workbench.integrate(..., method, num_steps=...)`."""
-        return method_from_name(self.method)
+        return METHODS[self.method]
 
     def num_steps(self, num_layers: int) -> int:
         """The `num_steps` argument of `workbench.integrate` for a model of `num_layers`."""

@@ -16,7 +16,7 @@ from .._checks import is_number, positive_int
 from .._controls import stack
 from .._equation import PostNorm, PreNorm
 from .._host import device_array
-from ..terms._activations import activation_from_name
+from ..terms._activations import ACTIVATIONS
 from ..terms._attention import MultiHeadAttention
 from ..terms._feedforward import FeedForward
 from ..terms._projections import LayerNormProjection
@@ -135,7 +135,7 @@ def encoder_from_torch(
     sd = as_numpy_state_dict(state_dict)
     num_heads = _positive_int(num_heads, "num_heads")
     norm_first = _bool(norm_first, "norm_first", "True: pre-LN, False: post-LN, as in torch")
-    act = activation_from_name(activation)
+    act = ACTIVATIONS.lookup(activation)
     eps = _eps(layer_norm_eps, "layer_norm_eps")
     L = count_layers(sd, r"layers\.(\d+)\.", architecture=arch)
     first = sd.get("layers.0.self_attn.in_proj_weight")
@@ -252,7 +252,7 @@ def bert_from_hf(state_dict: Mapping, config, *, dtype=None) -> BERT:
     m = _positive_int(cfg.get("intermediate_size", 4 * d), "intermediate_size")
     _heads_divide(d, H, "num_attention_heads")
     eps = _eps(cfg.get("layer_norm_eps", 1e-12), "layer_norm_eps")
-    act = activation_from_name(cfg.get("hidden_act", "gelu"), field="hidden_act")
+    act = ACTIVATIONS.lookup(cfg.get("hidden_act", "gelu"), field="hidden_act")
     pos_type = cfg.get("position_embedding_type", "absolute") or "absolute"
     if pos_type != "absolute":
         raise ValueError(
@@ -354,7 +354,7 @@ def gpt2_from_hf(state_dict: Mapping, config, *, dtype=None) -> GPT2:
     V = _positive_int(_require(cfg, "vocab_size", arch), "vocab_size")
     P = _positive_int(cfg.get("n_positions", 1024), "n_positions")
     eps = _eps(cfg.get("layer_norm_epsilon", 1e-5), "layer_norm_epsilon")
-    act = activation_from_name(
+    act = ACTIVATIONS.lookup(
         cfg.get("activation_function", "gelu_new"), field="activation_function"
     )
     if cfg.get("scale_attn_by_inverse_layer_idx", False):

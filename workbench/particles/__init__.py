@@ -31,7 +31,6 @@ from ._dynamics import (
     to_angles as to_angles,
 )
 from ._integrators import (
-    INTEGRATORS as INTEGRATORS,
     AbstractSphereIntegrator as AbstractSphereIntegrator,
     DiffraxProjected as DiffraxProjected,
     GeodesicEuler as GeodesicEuler,

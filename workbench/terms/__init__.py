@@ -1,8 +1,6 @@
 """Terms of the Transformer equation and projections onto its constraint sets."""
 
 from ._activations import (
-    ACTIVATIONS as ACTIVATIONS,
-    activation_from_name as activation_from_name,
     gelu as gelu,
     gelu_tanh as gelu_tanh,
     relu as relu,
