@@ -249,7 +249,7 @@ def test_plan_cli_rejects_a_bad_config(tmp_path):
 def test_plan_errors(tmp_path):
     with pytest.raises(ValueError, match="plan.method='nope' is not a known method .*; valid choices: euler"):
         wba.DiscretizationPlan("nope", 4, 1e-6, 1e-7, 10, 1.0, 0.25, True)
-    with pytest.raises(ValueError, match="plan.tolerance=0.0 must be > 0"):
+    with pytest.raises(ValueError, match="plan.tolerance=0.0 must be a number > 0"):
         wba.DiscretizationPlan("rk4", 4, 0.0, 1e-7, 10, 1.0, 0.25, True)
     path = tmp_path / "other.json"
     path.write_text(json.dumps({"schema": "something-else"}))

@@ -42,6 +42,7 @@ import math
 import equinox as eqx
 import numpy as np
 
+from .._checks import finite_float, int_in_range, number_in_range, positive_float
 from .._solution import result_name
 from ._student_t import t_quantile as _t_quantile
 
@@ -68,9 +69,7 @@ def roundoff_level(dtype_or_eps, solution_scale=1.0, num_steps=1):
     if isinstance(dtype_or_eps, bool):
         raise ValueError(f"roundoff_level: dtype_or_eps={dtype_or_eps!r} is not a dtype or eps.")
     if isinstance(dtype_or_eps, (float, int, np.floating, np.integer)):
-        eps = float(dtype_or_eps)
-        if not 0 < eps < 1:
-            raise ValueError(f"roundoff_level: eps={eps!r} must be in (0, 1).")
+        eps = number_in_range("eps", dtype_or_eps, 0, 1, owner="roundoff_level")
     else:
         dt = dtype_or_eps
         if not isinstance(dt, (type, str, np.dtype)) and hasattr(dt, "dtype"):
@@ -335,18 +334,13 @@ def fit_order(
 
     **Example:** `fit_order([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 6.25e-4]).order == 2.0`.
     """
-    if isinstance(min_points, bool) or not isinstance(min_points, int) or min_points < 2:
-        raise ValueError(f"fit_order: min_points={min_points!r} must be an integer >= 2.")
-    if not 0 < confidence < 1:
-        raise ValueError(f"fit_order: confidence={confidence!r} must be in (0, 1).")
-    if not tol > 0:
-        raise ValueError(f"fit_order: tol={tol!r} must be > 0.")
-    if not (math.isfinite(roundoff_factor) and roundoff_factor > 0):
-        raise ValueError(f"fit_order: roundoff_factor={roundoff_factor!r} must be finite and > 0.")
-    if not math.isfinite(flat):
-        raise ValueError(f"fit_order: flat={flat!r} must be finite.")
-    if expected is not None and not math.isfinite(expected):
-        raise ValueError(f"fit_order: expected={expected!r} must be finite or None.")
+    owner = "fit_order"
+    int_in_range("min_points", min_points, 2, owner=owner, numpy_ints=False)
+    number_in_range("confidence", confidence, 0, 1, owner=owner)
+    positive_float("tol", tol, owner=owner, finite=False, numpy_scalars=True)
+    positive_float("roundoff_factor", roundoff_factor, owner=owner, numpy_scalars=True)
+    finite_float("flat", flat, owner=owner, numpy_scalars=True)
+    finite_float("expected", expected, owner=owner, allow_none=True, numpy_scalars=True)
     h = np.asarray(steps, dtype=np.float64).ravel()
     e = np.asarray(errors, dtype=np.float64).ravel()
     if h.size != e.size:

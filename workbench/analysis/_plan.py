@@ -17,6 +17,7 @@ import pathlib
 
 import diffrax
 
+from .._checks import int_in_range, positive_float
 from .._table import Table
 from ..io import atomic_write_json
 from ..schemes._splitting import SPLITTING_SCHEMES
@@ -79,12 +80,8 @@ class DiscretizationPlan:
 
     def __post_init__(self):
         METHODS.lookup(self.method, field="plan.method")
-        if not (isinstance(self.steps_per_layer, int) and self.steps_per_layer >= 1):
-            raise ValueError(
-                f"plan.steps_per_layer={self.steps_per_layer!r} must be an integer >= 1."
-            )
-        if not self.tolerance > 0:
-            raise ValueError(f"plan.tolerance={self.tolerance!r} must be > 0.")
+        int_in_range("plan.steps_per_layer", self.steps_per_layer, 1, numpy_ints=False)
+        positive_float("plan.tolerance", self.tolerance, finite=False, numpy_scalars=True)
 
     def method_object(self):
         """The method, ready for `workbench.integrate(..., method, num_steps=...)`."""
@@ -133,7 +130,6 @@ class DiscretizationPlan:
 
 def steps_for_tolerance(fit, tolerance: float, piece_length: float, *, safety: float = 0.8) -> int:
     """Steps per layer predicted by `e(h) = C h^p` to reach `safety × tolerance`."""
-    if not tolerance > 0:
-        raise ValueError(f"tolerance={tolerance!r} must be > 0.")
+    positive_float("tolerance", tolerance, finite=False, numpy_scalars=True)
     h = (safety * tolerance / fit.constant) ** (1.0 / fit.order)
     return max(1, math.ceil(piece_length / h - 1e-9))

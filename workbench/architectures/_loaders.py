@@ -5,14 +5,11 @@ Weights arrive as plain numpy state dicts (no torch at runtime). PyTorch `Linear
 GPT-2's `Conv1D` already stores `(in, out)`.
 """
 
-import math
 from collections.abc import Mapping
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._checks import is_number, positive_int
+from .._checks import boolean, positive_float, positive_int
 from .._controls import stack
 from .._equation import PostNorm, PreNorm
 from .._host import device_array
@@ -45,20 +42,7 @@ def _heads_divide(d: int, num_heads: int, name: str = "num_heads") -> None:
 
 def _eps(value, name: str) -> float:
     """A finite number >= 0: Python, NumPy scalar, or a concrete 0-d NumPy/JAX array."""
-    v = value
-    if isinstance(v, (np.ndarray, np.generic, jax.Array)) and not isinstance(v, jax.core.Tracer):
-        if np.ndim(v) == 0:
-            v = np.asarray(v).item()
-    ok = is_number(v) and math.isfinite(v) and v >= 0
-    if not ok:
-        raise ValueError(f"{name}={value!r} must be a nonnegative number (finite, e.g. 1e-5).")
-    return float(v)
-
-
-def _bool(value, name: str, meaning: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name}={value!r} must be a bool: True or False ({meaning}).")
-    return bool(value)
+    return positive_float(name, value, allow_zero=True, arrays=True, hint="e.g. 1e-5")
 
 
 def _array(x, dtype):
@@ -134,7 +118,7 @@ def encoder_from_torch(
     arch = "torch.nn.TransformerEncoder"
     sd = as_numpy_state_dict(state_dict)
     num_heads = _positive_int(num_heads, "num_heads")
-    norm_first = _bool(norm_first, "norm_first", "True: pre-LN, False: post-LN, as in torch")
+    norm_first = boolean("norm_first", norm_first, hint="True: pre-LN, False: post-LN, as in torch")
     act = ACTIVATIONS.lookup(activation)
     eps = _eps(layer_norm_eps, "layer_norm_eps")
     L = count_layers(sd, r"layers\.(\d+)\.", architecture=arch)
