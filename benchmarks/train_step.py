@@ -341,7 +341,7 @@ def workbench_model(cfg: Config, depth: int, key) -> wbc.ControlledModel:
             num_heads=cfg.num_heads,
             num_layers=depth,
             hidden=cfg.hidden,
-            activation=wb.terms.activation_from_name("gelu"),
+            activation=wb.terms.gelu,
             layer_norm_eps=cfg.layer_norm_eps,
             dtype=dtype,
         ),

@@ -1,7 +1,6 @@
 """Controls θ(t): the time-dependent parameters of the equation, stacked for `lax.scan`."""
 
 import abc
-import math
 
 import equinox as eqx
 import jax
@@ -9,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PyTree
 
-from ._checks import is_number, positive_int
+from ._checks import positive_float, positive_int
 from ._host import stack_arrays
 
 
@@ -34,13 +33,10 @@ def _scalar(value):
 
 def _check_piece_length(value) -> None:
     """`piece_length` must be a finite positive number (the duration of one layer)."""
-    v = _scalar(value)
-    ok = is_number(v) and math.isfinite(v) and v > 0
-    if not ok:
-        raise ValueError(
-            f"piece_length={value!r} must be positive and finite (a number: the duration of one "
-            "layer; 1.0 for the exact recovery of a network)."
-        )
+    positive_float(
+        "piece_length", value, arrays=True,
+        hint="the duration of one layer; 1.0 for the exact recovery of a network",
+    )  # fmt: skip
 
 
 def _check_factor(factor) -> int:

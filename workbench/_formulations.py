@@ -154,8 +154,8 @@ class Penalty(AbstractFormulation):
         eps = self.epsilon
         if isinstance(eps, jax.Array) and eps.ndim == 0:
             # A (0-d) array is a run-time value: sweeps over ε then share one compilation.
-            if not isinstance(eps, jax.core.Tracer) and not float(eps) > 0:
-                raise ValueError(f"Penalty.epsilon={eps!r} must be > 0 (e.g. 1e-4).")
+            if not isinstance(eps, jax.core.Tracer):
+                positive_float("Penalty.epsilon", eps, finite=False, arrays=True, hint="e.g. 1e-4")
             return
         positive_float("Penalty.epsilon", eps, finite=False, hint="e.g. 1e-4")
 

@@ -139,7 +139,7 @@ def integrate(
     - `mask`: optional key-padding mask `(n,)`: True (or integer 1) = attend to the token,
       False (or 0) = padding — Hugging Face's `attention_mask` convention, the opposite of torch's
       `src_key_padding_mask` (pass `~mask`). Floating masks, other shapes, integers other than
-      0/1 and masks with no real token are rejected (see `workbench.terms.check_mask`; value
+      0/1 and masks with no real token are rejected (see `workbench.terms._mask.check_mask`; value
       checks run via `eqx.error_if` under `jit`).
     - `save_steps`: splitting only: also return the state after every step.
     - `throw`: raise if the initial state holds NaN/inf or the solve failed (NaN/inf, max steps),

@@ -5,7 +5,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._checks import positive_int
+from ._checks import positive_float, positive_int
 from ._equation import Equation
 from ._formulations import AbstractFormulation, Natural, default_formulation
 from ._solution import RESULTS, Solution
@@ -252,8 +252,10 @@ def integrate_diffrax(
     if isinstance(controller, diffrax.PIDController):
         for name in ("rtol", "atol"):
             value = getattr(controller, name)
-            if not isinstance(value, jax.core.Tracer) and not float(value) > 0:
-                raise ValueError(f"stepsize_controller.{name}={value!r} must be > 0 (a tolerance).")
+            if not isinstance(value, jax.core.Tracer):
+                positive_float(
+                    f"stepsize_controller.{name}", value, finite=False, arrays=True, hint="a tolerance"
+                )
     check_solver(solver, formulation, controller)
 
     # Piecewise-constant controls jump at layer boundaries: restart the solver on every layer

@@ -1,5 +1,11 @@
 """What `integrate` returns: the `Solution` and its typed `RESULTS`.
 
+Every result reported as a value in workbench follows this pattern (diffrax's): an
+`equinox.Enumeration` named `RESULTS` in the namespace of the function that returns it
+(`workbench.RESULTS` for a solve, `workbench.analysis.RESULTS` for an order fit), an item in the
+`result` field of what the function returns, compared with `==` (`result == RESULTS.successful`),
+`RESULTS[result]` its message, and `throw=True` (the default) raising instead of returning a failure.
+
 In a module of its own so that the splitting path (`_integrate.py`) and the diffrax path
 (`_integrate_diffrax.py`) both build it without importing each other.
 """
@@ -9,7 +15,7 @@ from jaxtyping import Array, Float, Int
 
 from ._types import Tokens
 
-__all__ = ["RESULTS", "Solution"]
+__all__ = ["RESULTS", "Solution", "is_result", "result_name"]
 
 
 class RESULTS(eqx.Enumeration):
@@ -33,6 +39,30 @@ class RESULTS(eqx.Enumeration):
         "num_steps (given at run time) is not a multiple of the number of layers, so steps "
         "straddle the jumps of the piecewise-constant controls; pass a multiple."
     )
+
+
+# The class of every enumeration item (equinox does not export it under a public name).
+_ITEM = type(RESULTS.successful)
+
+
+def is_result(obj) -> bool:
+    """Whether `obj` is an item of an `equinox.Enumeration` (a result reported as a value)."""
+    return isinstance(obj, _ITEM)
+
+
+def result_name(item: eqx.Enumeration) -> str:
+    """The name of a concrete enumeration item (`"successful"`, `"at_floor"`, ...), the form a
+    result takes in JSON records and error messages.
+
+    `equinox.Enumeration` gives an item's message (`RESULTS[item]`) but not its name; the names are
+    the keys of the enumeration's `_name_to_item` table, matched here by the item's index.
+    """
+    enumeration = item._enumeration
+    index = int(item._value)
+    for name, candidate in enumeration._name_to_item.items():
+        if int(candidate._value) == index:
+            return name
+    raise ValueError(f"result_name: {item!r} is not an item of {enumeration.__qualname__}.")
 
 
 class Solution(eqx.Module):

@@ -21,7 +21,8 @@ class Table(Mapping[str, _V]):
 
     **Arguments:**
 
-    - `kind`: the table's key in `workbench.registry.TABLES`, e.g. `"sphere_integrator"`.
+    - `kind`: the kind of option, the key `workbench.registry.lookup` takes, e.g.
+      `"sphere_integrator"`.
     - `noun`: what one entry is, for messages, e.g. `"sphere integrator"`.
     - `entries`: name → object; names are non-empty strings, in the order messages list them.
 
@@ -41,7 +42,7 @@ class Table(Mapping[str, _V]):
 
     @property
     def kind(self) -> str:
-        """The table's key in `workbench.registry.TABLES`."""
+        """The kind of option (`workbench.registry.lookup`'s first argument)."""
         return self._kind
 
     @property

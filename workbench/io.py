@@ -34,6 +34,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from ._solution import is_result, result_name
+
 __all__ = [
     "atomic_open",
     "atomic_write_json",
@@ -196,6 +198,8 @@ def to_jsonable(obj: Any, *, where: str = "obj") -> Any:
         }
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v, where=f"{where}[{i}]") for i, v in enumerate(obj)]
+    if is_result(obj):  # `RESULTS.successful`, ... (an equinox Module, so before dataclasses)
+        return result_name(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {
             f.name: to_jsonable(getattr(obj, f.name), where=f"{where}.{f.name}")
@@ -208,7 +212,7 @@ def to_jsonable(obj: Any, *, where: str = "obj") -> Any:
     raise TypeError(
         f"{where} has type {type(obj).__module__}.{type(obj).__qualname__}, which has no JSON "
         "form; convert it to a number, string, list or dict (numpy/JAX arrays, dataclasses, "
-        "enums and paths are converted automatically)."
+        "enums, enumeration items and paths are converted automatically)."
     )
 
 

@@ -23,6 +23,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from workbench.registry import SPHERE_INTEGRATORS
+
 __all__ = [
     "Betas",
     "Costs",
@@ -272,10 +274,15 @@ class SaveEvery:
     """Spacing of the saved times; a multiple of `dt`."""
 
 
+IntegratorName = Literal[tuple(SPHERE_INTEGRATORS)]  # pyright: ignore[reportInvalidTypeForm]
+"""The names of the sphere integrators, read from the registry: the command line accepts these and
+`--help` lists them."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Integrator:
-    integrator: Literal["rk4", "rk2", "euler", "geodesic-euler"] = "rk4"
-    """A sphere integrator of `wb.particles.INTEGRATORS` (`euler` is paper B's)."""
+    integrator: IntegratorName = "rk4"
+    """A sphere integrator of `wb.registry.SPHERE_INTEGRATORS` (`euler` is paper B's)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,7 +48,7 @@ F64 = 8
 GIB = 1 << 30
 
 INTEGRATOR_STAGES = {"euler": 1, "geodesic-euler": 1, "rk2": 2, "rk4": 4}
-"""Field evaluations per step of the sphere integrators of `wb.particles.INTEGRATORS`."""
+"""Field evaluations per step of the sphere integrators of `wb.registry.SPHERE_INTEGRATORS`."""
 
 CPU_CHUNK_BUDGET = 4 << 20
 """Bytes of per-trajectory arrays in one compiled chunk of `wb.particles.phase_diagram` on a CPU

@@ -93,7 +93,7 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     tolerance: float = 1e-3
     """The plan's max-abs error at T."""
     plan_methods: tuple[str, ...] = ("lie", "strang", "yoshida4", "rk4", "dopri5")
-    """The plan's candidates (names of `wb.analysis.METHODS`)."""
+    """The plan's candidates (names of `wb.registry.METHODS`)."""
 
     def __post_init__(self):
         T.check_training_fields(self)

@@ -51,12 +51,13 @@ from studies._toolkit.trained import (
     trained,
     weights_label,
 )
+from workbench.analysis._plan import declared_order
 
 NAME = "convergence-order"
 SUMMARY = "Observed orders of splitting schemes and diffrax solvers (GELU vs ReLU); work-precision."
 
-SPLITTING = tuple(k for k, v in wba.METHODS.items() if v[2] == "splitting")
-DIFFRAX = tuple(k for k, v in wba.METHODS.items() if v[2] == "diffrax")
+SPLITTING = tuple(wb.registry.SPLITTING_SCHEMES)
+DIFFRAX = tuple(wb.registry.ODE_SOLVERS)
 # The error range each ladder spans, by declared order: inside the asymptotic range (Tsit5/Dopri5
 # have small 5th-order constants, so 6th-order terms dominate down to ~1e-9) and ≥ 2 decades
 # above the float64 round-off floor.
@@ -100,7 +101,7 @@ class Config:
         *("euler", "heun", "midpoint", "ralston", "bosh3", "rk4", "tsit5", "dopri5", "dopri8"),
         *("lie", "strang", "yoshida4"),
     )
-    """Pre-norm methods (names of `wb.analysis.METHODS`)."""
+    """Pre-norm methods (names of `wb.registry.METHODS`)."""
     post_norm_methods: tuple[str, ...] = ("euler", "heun", "rk4", "tsit5")
     """Methods for the projected post-norm equation (diffrax solvers only)."""
     activation_methods: tuple[str, ...] = ("rk4", "yoshida4", "strang", "tsit5")
@@ -129,7 +130,7 @@ class Config:
         check_weights(self, "weights", WEIGHTS)
         check_choices(self, "equations", EQUATIONS)
         for field in ("methods", "post_norm_methods", "activation_methods"):
-            check_choices(self, field, wba.METHODS)
+            check_choices(self, field, wb.registry.METHODS)
         post = set(self.post_norm_methods) & set(SPLITTING)
         why = f"post-norm splittings are first order; choose diffrax solvers: {', '.join(DIFFRAX)}"
         check(self, "post_norm_methods", not post, why)
@@ -297,10 +298,11 @@ def _constraint_violation(equation, us) -> float:
 
 
 def _ladder(config: Config, equation, u0, name: str, steps, ref):
-    order = wba.METHODS[name][1]
+    method = wb.registry.METHODS[name]
+    order = declared_order(method)
     auto = dict(error_range=ERROR_RANGE[order]) if steps == "auto" else {}
     lad = wba.error_ladder(
-        equation, u0, wba.method_from_name(name), steps, ref, declared_order=order,
+        equation, u0, method, steps, ref, declared_order=order,
         repeats=config.repeats, tol=config.tol, **auto,
     )  # fmt: skip
     return lad, order, lad.fit

@@ -35,6 +35,7 @@ from studies._toolkit.config import (
 )
 from studies._toolkit.report import markdown_table, new_figure, progress
 from studies._toolkit.trained import check_weights, is_run_folder, sizes, trained
+from workbench.analysis._plan import declared_order
 
 NAME = "plan"
 SUMMARY = "Cheapest method and steps per layer meeting a tolerance; writes plan.json for training."
@@ -42,20 +43,20 @@ SUMMARY = "Cheapest method and steps per layer meeting a tolerance; writes plan.
 ACTIVATION = "gelu"
 """The feed-forward activation of the planned model (recorded in `plan.json`'s `model`; training
 refuses a plan made for another activation)."""
-SPLITTING = tuple(k for k, v in wba.METHODS.items() if v[2] == "splitting")
+SPLITTING = tuple(wb.registry.SPLITTING_SCHEMES)
 PILOT_START = {1: 8, 2: 4, 3: 4, 4: 2, 5: 2, 8: 1}
 """Steps per layer of the first pilot point, by declared order."""
 STABILITY_STAND_INS = {"euler": wb.schemes.Euler}
-"""Methods whose `wb.analysis.METHODS` object carries no Butcher tableau (diffrax's `Euler`),
+"""Methods whose `wb.registry.METHODS` object carries no Butcher tableau (diffrax's `Euler`),
 mapped to a workbench method with the same stability function (`R(z) = 1 + z`), which
-`max_stable_step` reads. Every other method is its own `method_from_name` object."""
+`max_stable_step` reads. Every other method is its own `wb.registry.METHODS` object."""
 
 
 def stability_method(name: str):
     """The object whose stability function stands for the method `name` (see
     `STABILITY_STAND_INS`)."""
     stand_in = STABILITY_STAND_INS.get(name)
-    return stand_in() if stand_in is not None else wba.method_from_name(name)
+    return stand_in() if stand_in is not None else wb.registry.METHODS[name]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,7 @@ class Config:
         *("euler", "heun", "bosh3", "rk4", "tsit5", "dopri5", "dopri8"),
         *("lie", "strang", "yoshida4"),
     )
-    """Candidates (names of `wb.analysis.METHODS`)."""
+    """Candidates (names of `wb.registry.METHODS`)."""
     max_refinements: int = 6
     """Times the step count is raised by 25 % when the measured error misses the tolerance."""
     max_steps_per_layer: int = 4096
@@ -103,7 +104,7 @@ class Config:
         check_choices(self, "equation", ("pre-norm", "post-norm"))
         check_range(self, "tolerance", 0.0, 1.0, low_open=True, high_open=True)
         check_nonempty(self, "methods")
-        check_choices(self, "methods", wba.METHODS)
+        check_choices(self, "methods", wb.registry.METHODS)
         distinct = len(set(self.methods)) == len(self.methods)
         check(self, "methods", distinct, "the values must be distinct")
         splitting = self.equation == "post-norm" and set(self.methods) & set(SPLITTING)
@@ -254,8 +255,8 @@ def _pilot_fit(pilot, order: int):
 
 
 def _candidate(config: Config, equation, u0, ref, name: str, decaying) -> Candidate:
-    order = wba.METHODS[name][1]
-    method = wba.method_from_name(name)
+    method = wb.registry.METHODS[name]
+    order = declared_order(method)
     k0 = PILOT_START[order]
     pilot = wba.error_ladder(
         equation, u0, method, [k0, 2 * k0, 4 * k0], ref, declared_order=order, repeats=1

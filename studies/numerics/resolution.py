@@ -10,7 +10,7 @@ feature grid is refined with the token grid held fixed (Gauss), and vice versa; 
 largest deviation of `u(T)` at 3 × 3 fixed probe points `(x_p, y_q)` (Nyström values: the equation
 evaluated off the grid) from a Gauss reference with many more nodes, plus the error of the
 functional `J = ∫∫ u(T) ψ`. Observed orders come from `wb.analysis.fit_order` over the grid
-spacings; Gauss errors are measured by their exponential rate (`wb.analysis.exponential_rate`,
+spacings; Gauss errors are measured by their exponential rate (`exponential_rate`,
 decades per node), not forced into an order. Two checks frame it: a uniform (midpoint) grid
 should be exactly the standard pre-LN Transformer with folded weights `diag(w) W(ξ_i, y_j)`; and
 ReLU instead of a smooth activation puts a kink into the integrand of the hidden variable, which
@@ -43,6 +43,7 @@ from studies._toolkit.report import (
     reduction_note,
     wide_ci_note,
 )
+from workbench.analysis._exponential import exponential_rate
 
 NAME = "resolution"
 SUMMARY = "Token- and feature-grid refinement of the continuous Transformer at the rule's order."
@@ -90,7 +91,7 @@ class Config:
 
     def __post_init__(self):
         check_nonempty(self, "rules", "probes")
-        check_choices(self, "rules", wba.QUADRATURE_RULES)
+        check_choices(self, "rules", wb.registry.QUADRATURE_RULES)
         check(self, "rules", len(set(self.rules)) == len(self.rules), "the rules must be distinct")
         for field in ("sizes", "gauss_sizes"):
             check_range(self, field, 2)
@@ -178,7 +179,7 @@ def _fit(spacings, errors, expected) -> wba.OrderFit | None:
 
 
 def _ladder(model, f, psi, rule_name, refine, activation, config, pad_to) -> Ladder:
-    rule = wba.quadrature_rule(rule_name)
+    rule = wb.registry.QUADRATURE_RULES[rule_name]
     gauss = wba.GaussLegendreRule()
     fixed = wba.Grid.from_rule(gauss, config.fixed_size, probes=config.probes)
     reference = wba.Grid.from_rule(gauss, config.reference_size, probes=config.probes)
@@ -200,7 +201,7 @@ def _ladder(model, f, psi, rule_name, refine, activation, config, pad_to) -> Lad
     rate = None
     if rule.order is None:
         try:
-            rate = wba.exponential_rate(sizes, e)
+            rate = exponential_rate(sizes, e)
         except ValueError:
             pass
     return Ladder(

@@ -16,7 +16,7 @@ for Strang, RK4 for the compositions), as `workbench.integrate` runs them. The e
 with many steps (`reference_substeps` per local step, `reference_steps_per_layer` per layer).
 Scheme names: `lie`, `strang`, `yoshida4`, `suzuki4` are the splittings of
 `workbench.registry.SPLITTING_SCHEMES`; `unsplit-rk4` is `workbench.schemes.RK4()` applied to the
-whole field (`workbench.registry.UNSPLIT_RK`; not the diffrax solver `rk4` of `ODE_SOLVERS`).
+whole field (`workbench.registry.UNSPLIT_METHODS`; not the diffrax solver `rk4` of `ODE_SOLVERS`).
 
 Post-norm variant: the same terms, each sub-flow followed by the projection onto one LayerNorm
 set S1(0, 1) (no affine; BERT instead alternates two different affine LayerNorms, which have no
@@ -64,14 +64,14 @@ SUMMARY = "Lie/Strang/4th-order/RK splitting error vs τ; Lie error vs the commu
 SPLITTINGS = tuple(wb.registry.SPLITTING_SCHEMES)
 MEASURED = (*SPLITTINGS, "unsplit-rk4")
 """The valid `schemes`: every splitting scheme of the registry, and the unsplit RK4 (a name of
-`wb.registry.UNSPLIT_RK`; the names of the two tables are disjoint)."""
+`wb.registry.UNSPLIT_METHODS`; the names of the two tables are disjoint)."""
 PLACEMENTS = ("pre", "post")
 LABELS = dict(zip(MEASURED, ("Lie", "Strang", "Yoshida 4", "Suzuki 4", "unsplit RK4")))
 
 
 def _method(name: str):
     """The scheme called `name`: a splitting scheme or `unsplit-rk4` (`wb.schemes.RK4()`)."""
-    table = wb.registry.SPLITTING_SCHEMES if name in SPLITTINGS else wb.registry.UNSPLIT_RK
+    table = wb.registry.SPLITTING_SCHEMES if name in SPLITTINGS else wb.registry.UNSPLIT_METHODS
     return table[name]
 
 

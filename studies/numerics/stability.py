@@ -20,7 +20,7 @@ with known spectra and on the linearization of a pre-norm Transformer?
 4. Finite-time Lyapunov exponents of the network's layer map (QR method) along the trajectory.
 
 Method names: `unsplit-euler`, `unsplit-heun`, `unsplit-rk4` are the Runge–Kutta tableaux of
-`workbench.schemes` applied to the whole field (`wb.registry.UNSPLIT_RK`; the observed step
+`workbench.schemes` applied to the whole field (`wb.registry.UNSPLIT_METHODS`; the observed step
 runs their own `step`), not the diffrax solvers `euler`, `heun`, `rk4` of `wb.registry.ODE_SOLVERS`
 (same tableaux); the splittings are `wb.registry.SPLITTING_SCHEMES`, and Tsit5 and Dopri5 in the
 region plot are ODE solvers.
@@ -46,6 +46,7 @@ from studies._toolkit.config import (
 )
 from studies._toolkit.report import markdown_table, new_figure, progress
 from studies._toolkit.trained import check_weights, is_run_folder, sizes, trained
+from workbench.analysis._spectra import matrix_with_spectrum
 
 NAME = "stability"
 SUMMARY = "Stability regions vs Jacobian spectra, max stable steps, Lipschitz of attention, FTLEs."
@@ -105,7 +106,7 @@ class Config:
     trained model's)."""
 
     def __post_init__(self):
-        check_choices(self, "methods", wb.registry.UNSPLIT_RK)
+        check_choices(self, "methods", wb.registry.UNSPLIT_METHODS)
         check_choices(self, "splittings", wb.registry.SPLITTING_SCHEMES)
         check_nonempty(self, "methods", "betas", "seq_lens")
         check_positive(self, "linear_steps", "d", "heads", "layers", "dff", "n")
@@ -135,7 +136,7 @@ class Config:
             d, dff, heads, layers = z["d"], z["hidden"], z["heads"], z["layers"]
         size = self.n * d
         evaluation = M.attention_layer_floats(self.n, d, dff, heads)
-        rk = max(wb.registry.UNSPLIT_RK[m].tableau.num_stages for m in self.methods)
+        rk = max(wb.registry.UNSPLIT_METHODS[m].tableau.num_stages for m in self.methods)
         jacobian = M.array_bytes(size, evaluation) + M.array_bytes(10, size, size)
         trials = M.array_bytes(2 * size * size + 2 * (rk + 3) * size * -(-size // 2))
         linear = M.growth_trial_bytes(self.linear_dim, self.linear_dim)
@@ -247,9 +248,9 @@ def _linear_study(config: Config, rng) -> list[StepRow]:
     trial["rate_tol"] = config.linear_rate_tol
     s = np.eye(dim) + 0.3 * rng.normal(size=(dim, dim)) / np.sqrt(dim)  # mildly non-normal
     for case, eigs in _linear_cases(dim).items():
-        jac = wa.matrix_with_spectrum(eigs, similarity=s)
+        jac = matrix_with_spectrum(eigs, similarity=s)
         for name in config.methods:
-            method = wa.unsplit_method(name)
+            method = wb.registry.UNSPLIT_METHODS[name]
             pred = wa.max_stable_step(method, eigs)
             obs = wa.observed_max_stable_step(method, jac, np.eye(dim), tau_max=3 * pred, **trial)
             rows.append(_row(case, name, pred, obs))
@@ -257,7 +258,7 @@ def _linear_study(config: Config, rng) -> list[StepRow]:
     qs = [np.linalg.qr(rng.normal(size=(dim, dim)))[0] for _ in range(2)]
     mats = [-q @ np.diag(a * np.geomspace(0.1, 1.0, dim)) @ q.T for q, a in zip(qs, (1.0, 3.0))]
     rho = max(np.abs(np.linalg.eigvalsh(m)).max() for m in mats)
-    for scheme in (wa.method_from_name(name) for name in config.splittings):
+    for scheme in (wb.registry.METHODS[name] for name in config.splittings):
         pred = wa.max_stable_step_matrix(scheme, mats, tau_max=10 / rho, num_scan=400)
         obs = wa.observed_max_stable_step(scheme, mats, np.eye(dim), tau_max=10 / rho, **trial)
         name = f"{type(scheme).__name__}[{type(scheme.inner).__name__}]"
@@ -281,7 +282,7 @@ def _layer(config: Config, eq, layer: int, u) -> Layer:
     decaying = full[full.real < -cutoff]
     steps = {}
     for name in config.methods:
-        method = wa.unsplit_method(name)
+        method = wb.registry.UNSPLIT_METHODS[name]
         pred = wa.max_stable_step(method, decaying)
         obs = wa.observed_modal_max_stable_step(
             method, jac, tau_max=3 * pred, decay_cutoff=cutoff, tol=config.amplification_tol,
@@ -358,13 +359,13 @@ def compute(config: Config) -> Results:
     lin_acc = [r.rel_diff for r in linear if r.case != SPLIT_CASE]
     rk = {
         name: wa.stability_function(
-            wa.unsplit_method(name) if name in UNSPLIT else wa.method_from_name(name)
+            wb.registry.UNSPLIT_METHODS[name] if name in UNSPLIT else wb.registry.METHODS[name]
         ).coefficients
         for name in REGION_RK
     }
     split = {}
     for name in SPLITTINGS:
-        scheme = wa.method_from_name(name)
+        scheme = wb.registry.METHODS[name]
         label = f"{name}[{type(scheme.inner).__name__}]"
         split[label] = wa.stability_function(scheme).coefficients
     return Results(

@@ -43,6 +43,7 @@ from studies._toolkit.fields import (
     defaults,
 )
 from studies._toolkit.report import markdown_table, new_figure, progress
+from workbench.particles._starts import half_time, uniform_sphere
 
 NAME = "cluster-histograms"
 SUMMARY = "Paper B's Fig. 1 for the particle model: histograms of ⟨x_i, x_j⟩ over time (SA, several β, d)."
@@ -71,7 +72,7 @@ class Config(FinalTime, Dims, Delta, Integrator, SaveEvery, Dt, Betas, Particles
         check_positive(self, "t1", "dt", "save_every")
         check_multiple(self, "save_every", of="dt")
         check_multiple(self, "t1", of="save_every")
-        check_choices(self, "integrator", wb.particles.INTEGRATORS)
+        check_choices(self, "integrator", wb.registry.SPHERE_INTEGRATORS)
         check_range(self, "bins", 2)
         check_range(self, "delta", 0, 1, low_open=True, high_open=True)
         check_range(self, "snapshot_times", 0, self.t1)
@@ -202,7 +203,7 @@ def compute(config: Config) -> Results:
             num_saves=num_saves,
             bins=config.bins,
             delta=config.delta,
-            integrator=wb.particles.INTEGRATORS[config.integrator],
+            integrator=wb.registry.SPHERE_INTEGRATORS[config.integrator],
         )
         # vmap over starts (inner) and β (outer), the starts cut over the devices; one
         # compilation per d.
@@ -214,7 +215,7 @@ def compute(config: Config) -> Results:
         )
         betas = jnp.asarray(config.betas, dtype=jnp.float64)
         for j, d in enumerate(progress(config.dims, desc=NAME)):
-            x0 = jnp.asarray(wb.particles.uniform_sphere(rng, ns, config.n, d))
+            x0 = jnp.asarray(uniform_sphere(rng, ns, config.n, d))
             c, f, k = batched(betas, x0)  # (B, S, T, bins), (B, S, T), (B, S)
             counts[:, j] = np.asarray(c).sum(axis=1)
             frac[:, j] = np.asarray(f)
@@ -224,8 +225,8 @@ def compute(config: Config) -> Results:
 
     density = counts / (ns * pairs)  # fraction of ordered pairs per bin
     frac_mean = frac.mean(axis=2)  # (B, D, T)
-    t_half = wb.particles.half_time(ts, frac_mean, 0.5)
-    t_99 = wb.particles.half_time(ts, frac_mean, COLLAPSED)
+    t_half = half_time(ts, frac_mean, 0.5)
+    t_99 = half_time(ts, frac_mean, COLLAPSED)
     snap = [int(np.argmin(np.abs(ts - s))) for s in config.snapshot_times]
     rows = [
         Row(

@@ -11,7 +11,7 @@ over t ∈ [0, t1] (its max and its mean over pairs and times) as d grows with n
 exponent in d (`wb.analysis.fit_order`, all points) and compares it with −1/2 (the size of the
 initial inner products). Thm 6.3 (d ≥ n): collapse to one cluster is exponential, with the proof's
 rate bound λ = 1/(2n e^{2β}) (`clustering_rate_bound`); the observed late-time exponential rate of
-1 − min_{i≠j}⟨x_i, x_j⟩ (`wb.analysis.exponential_fit`) is compared with it.
+1 − min_{i≠j}⟨x_i, x_j⟩ (`exponential_fit`) is compared with it.
 
 Integration: projected RK4, dt = 0.05, float64; its error is measured from an orthogonal start
 (where every Gram entry must equal γ_β(t) exactly). 1 − ⟨x_i, x_j⟩ = ‖x_i − x_j‖²/2 is computed
@@ -51,6 +51,8 @@ from studies._toolkit.fields import (
     defaults,
 )
 from studies._toolkit.report import markdown_table, new_figure, progress
+from workbench.analysis._exponential import exponential_fit
+from workbench.particles._starts import uniform_sphere
 
 NAME = "high-dimension"
 SUMMARY = (
@@ -81,7 +83,7 @@ class Config(FinalTime, Dims, Integrator, SaveEvery, Dt, Betas, Particles, Parti
         check_positive(self, "t1", "dt", "save_every", "exponent_tol")
         check_multiple(self, "save_every", of="dt")
         check_multiple(self, "t1", of="save_every")
-        check_choices(self, "integrator", wb.particles.INTEGRATORS)
+        check_choices(self, "integrator", wb.registry.SPHERE_INTEGRATORS)
         window = self.fit_window
         ok = len(window) == 2 and all(math.isfinite(v) for v in window)
         check(
@@ -211,7 +213,7 @@ def compute(config: Config) -> Results:
     ts = np.arange(num_saves + 1) * config.save_every
     n, nb, nd, ns = config.n, len(config.betas), len(config.dims), config.num_starts
     rng = np.random.default_rng(config.seed)
-    starts = [wb.particles.uniform_sphere(rng, ns, n, d) for d in config.dims]
+    starts = [uniform_sphere(rng, ns, n, d) for d in config.dims]
     # Integration error: from an orthogonal start every Gram entry equals γ_β(t) (Thm 6.8). The
     # orthogonal start rides along as an extra start of the first d (no extra compilation).
     with_orth = config.dims[0] >= n
@@ -227,7 +229,7 @@ def compute(config: Config) -> Results:
             dt=config.dt,
             steps_per_save=steps_per_save,
             num_saves=num_saves,
-            integrator=wb.particles.INTEGRATORS[config.integrator],
+            integrator=wb.registry.SPHERE_INTEGRATORS[config.integrator],
         )
         # Over the starts, cut over every visible device.
         batched = wb.map_cells(
@@ -253,7 +255,7 @@ def compute(config: Config) -> Results:
 
     rates = np.full((nb, nd, ns), np.nan)  # NaN: fewer than 4 saved times in the window
     for b, j, s in np.ndindex(nb, nd, ns):
-        fit = wb.analysis.exponential_fit(
+        fit = exponential_fit(
             ts, spread[b, j, s], window=config.fit_window, min_points=4
         )
         rates[b, j, s] = -fit.rate

@@ -44,6 +44,14 @@ from studies._toolkit.fields import (
     defaults,
 )
 from studies._toolkit.report import markdown_table, new_figure, progress
+from workbench.analysis._exponential import exponential_fit
+from workbench.particles._starts import uniform_sphere
+from workbench.particles._time_series import (
+    CountSummary,
+    StartsSummary,
+    summarize_counts,
+    summarize_starts,
+)
 
 NAME = "metastability"
 SUMMARY = (
@@ -83,7 +91,7 @@ class Config(FinalTime, Dimension, Integrator, Dt, Betas, Particles, ParticleFie
         check_range(self, "num_starts", 1)
         check_positive(self, "dt", "t1", "threshold", "long_time")
         check_multiple(self, "t1", of="dt")
-        check_choices(self, "integrator", wb.particles.INTEGRATORS)
+        check_choices(self, "integrator", wb.registry.SPHERE_INTEGRATORS)
         check_range(self, "num_saves", 2)
         check_range(self, "threshold", 0, 2, low_open=True)
         check_range(self, "max_count", 2, self.n)
@@ -162,9 +170,9 @@ class Results:
     """(β, start, t): the authors' rank counts."""
     angles: dict[str, np.ndarray]
     """Featured β (by str(β)) → the angles (t, n) of start 0."""
-    runs: dict[str, list[wb.particles.CountSummary]]
+    runs: dict[str, list[CountSummary]]
     """str(β) → the summary of each start's count series."""
-    per_beta: dict[str, wb.particles.StartsSummary]
+    per_beta: dict[str, StartsSummary]
     """str(β) → those summaries over the starts."""
     rank_vs_components: Agreement
     cross_check: CrossCheck | None
@@ -207,7 +215,7 @@ def _batched(config: Config, *, dt, t1, save_ts, integrator):
 
 
 def _fit_growth(
-    config: Config, per_beta: dict[str, wb.particles.StartsSummary]
+    config: Config, per_beta: dict[str, StartsSummary]
 ) -> GrowthFit | None:
     """Exponential fit of the median longest plateau against β over β ≥ 2, uncensored medians."""
     pts = [
@@ -218,7 +226,7 @@ def _fit_growth(
     if len(pts) < 3:
         return None
     b, dur = np.array(pts).T
-    fit = wb.analysis.exponential_fit(b, dur)
+    fit = exponential_fit(b, dur)
     return GrowthFit(fit.rate, fit.intercept, b.tolist())
 
 
@@ -232,7 +240,7 @@ def _cross_check(config: Config, x0, ts, comp) -> CrossCheck:
         dt=CHECK_DT,
         t1=config.check_t1,
         save_ts=ts_check,
-        integrator=wb.particles.INTEGRATORS["euler"],
+        integrator=wb.registry.SPHERE_INTEGRATORS["euler"],
     )
     rows = []
     for beta in config.featured_betas:
@@ -248,13 +256,13 @@ def compute(config: Config) -> Results:
     t1 = steps_in(config.t1, config.dt) * config.dt
     ts = _log_grid(t1, config.dt, config.num_saves)
     rng = np.random.default_rng(config.seed)
-    x0_np = wb.particles.uniform_sphere(rng, config.num_starts, config.n, config.d)
+    x0_np = uniform_sphere(rng, config.num_starts, config.n, config.d)
     comp = np.zeros((len(config.betas), config.num_starts, ts.size), dtype=np.int64)
     rank = np.zeros_like(comp)
     angles = {}
     with jax.enable_x64(True):
         x0 = jnp.asarray(x0_np)
-        integrator = wb.particles.INTEGRATORS[config.integrator]
+        integrator = wb.registry.SPHERE_INTEGRATORS[config.integrator]
         run = _batched(config, dt=config.dt, t1=t1, save_ts=ts, integrator=integrator)
         for b, beta in enumerate(progress(config.betas, desc=NAME)):
             c, r, a = run(jnp.asarray(beta, jnp.float64), x0)
@@ -264,10 +272,10 @@ def compute(config: Config) -> Results:
         cross = _cross_check(config, x0, ts, comp) if config.check_t1 else None
 
     runs = [
-        [wb.particles.summarize_counts(ts, c, max_count=config.max_count) for c in comp[b]]
+        [summarize_counts(ts, c, max_count=config.max_count) for c in comp[b]]
         for b in range(len(config.betas))
     ]
-    per_beta = {str(beta): wb.particles.summarize_starts(r) for beta, r in zip(config.betas, runs)}
+    per_beta = {str(beta): summarize_starts(r) for beta, r in zip(config.betas, runs)}
     equal, clustered = comp == rank, (comp >= 2) & (comp <= config.max_count)
     agreement = Agreement(
         fraction_equal=float(equal.mean()),
@@ -346,7 +354,7 @@ def verdict(results: Results) -> str:
 
 
 def _time_in_states(
-    p: wb.particles.StartsSummary, runs: list[wb.particles.CountSummary], t1: float
+    p: StartsSummary, runs: list[CountSummary], t1: float
 ) -> str:
     """How long the runs sit with 2, 3, … clusters (median under 10 time units left out)."""
     parts = [

@@ -50,6 +50,7 @@ from studies._toolkit.config import (
 )
 from studies._toolkit.fields import Delta, Dt, ParticleFields, Particles, SaveEvery, TMax, defaults
 from studies._toolkit.report import markdown_table, new_figure, progress
+from workbench.particles._starts import half_time
 
 NAME = "phase-diagram"
 SUMMARY = "Paper B's Fig. 3/5: fraction of clustered pairs over (t, β) per d, against Γ_∞; random Q, K, V."
@@ -219,9 +220,9 @@ def _distance(t_half: np.ndarray, t_gamma: np.ndarray, t_max: float) -> GammaDis
 
 
 def _summarize(pd, variant, d, wall, betas, ts, t_gamma, t_max) -> Diagram:
-    t_half = np.asarray(wb.particles.half_time(ts, pd.fraction), float)
-    t_low = np.asarray(wb.particles.half_time(ts, pd.fraction, level=0.1), float)
-    t_high = np.asarray(wb.particles.half_time(ts, pd.fraction, level=0.9), float)
+    t_half = np.asarray(half_time(ts, pd.fraction), float)
+    t_low = np.asarray(half_time(ts, pd.fraction, level=0.1), float)
+    t_high = np.asarray(half_time(ts, pd.fraction, level=0.9), float)
     width = np.where(np.isnan(t_high), np.inf, (t_high - t_low) / t_half)
     width = np.where(np.isnan(t_half), np.nan, width)
     reached = ~np.isnan(t_half)

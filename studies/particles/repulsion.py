@@ -39,6 +39,7 @@ from studies._toolkit.config import (
 )
 from studies._toolkit.fields import Betas, Dims, Dt, ParticleFields, defaults
 from studies._toolkit.report import markdown_table, new_figure, progress
+from workbench.particles._starts import uniform_sphere
 
 NAME = "repulsion"
 SUMMARY = "Paper B's repulsive case V = −I: the flow's final energies vs an optimizer and the known optima."
@@ -240,7 +241,7 @@ def _chunk(beta, xs, *, dt, num_steps):
 
 
 def _run_flow(config: Config, n: int, d: int, beta: float, rng, chunk) -> dict:
-    x0 = wb.particles.uniform_sphere(rng, config.num_starts, n, d)
+    x0 = uniform_sphere(rng, config.num_starts, n, d)
     xs = jnp.asarray(x0)
     e0 = jax.vmap(wb.particles.interaction_energy, in_axes=(0, None))(xs, beta)
     energies, times, t = [np.asarray(e0)], [0.0], 0.0

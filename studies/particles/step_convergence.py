@@ -10,7 +10,7 @@ shift of the 0.5-level curve t_½(β), and the values at a few (β, t) points; t
 Gram matrix of the particles at a fixed time (max over β and starts), with the observed order
 from `wb.analysis.fit_order` (expected: the integrator's order, 1 for Euler, 4 for RK4). The
 statistical error of the diagram itself (the standard error over starts) is given for scale.
-Integrators are `wb.particles.INTEGRATORS` by name; the reference is always `"rk4"`.
+Integrators are `wb.registry.SPHERE_INTEGRATORS` by name; the reference is always `"rk4"`.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from studies._toolkit.fields import (
     defaults,
 )
 from studies._toolkit.report import markdown_table, new_figure, progress
+from workbench.particles._starts import half_time
 
 NAME = "step-convergence"
 SUMMARY = "Phase-diagram statistic and Gram matrices vs dt for Euler vs RK4 projection."
@@ -67,7 +68,7 @@ class Config(TMax, Dimension, Delta, SaveEvery, Betas, Particles, ParticleFields
     reference_dt: float = 0.0015625
     """Step Δt of the RK4 reference run; smaller than every step in `dts`."""
     integrators: tuple[str, ...] = ("euler", "rk4")
-    """Names in `wb.particles.INTEGRATORS`; must include "euler" (the authors')."""
+    """Names in `wb.registry.SPHERE_INTEGRATORS`; must include "euler" (the authors')."""
     point_betas: tuple[float, ...] = (1.0, 3.0, 5.0, 9.0)
     """β of the (β, t) points reported individually, paired with `point_ts`; each one of `betas`."""
     point_ts: tuple[float, ...] = (6.0, 8.0, 15.0, 30.0)
@@ -111,7 +112,7 @@ class Config(TMax, Dimension, Delta, SaveEvery, Betas, Particles, ParticleFields
             )
         check_multiple(self, "t_max", of="save_every")
         check_range(self, "num_starts", 1)
-        check_choices(self, "integrators", wb.particles.INTEGRATORS)
+        check_choices(self, "integrators", wb.registry.SPHERE_INTEGRATORS)
         check(
             self,
             "integrators",
@@ -274,7 +275,7 @@ def compute(config: Config) -> Results:
     betas = np.asarray(c.betas, float)
     ts = c.save_every * np.arange(round(c.t_max / c.save_every) + 1)
     order_ts = np.asarray(c.order_ts, float)
-    rk4 = wb.particles.INTEGRATORS["rk4"]
+    rk4 = wb.registry.SPHERE_INTEGRATORS["rk4"]
     point_index = [
         (int(np.argmin(np.abs(betas - b))), int(np.argmin(np.abs(ts - t))))
         for b, t in zip(c.point_betas, c.point_ts)
@@ -300,15 +301,15 @@ def compute(config: Config) -> Results:
             )
 
         ref = diagram(rk4, c.reference_dt)
-        ref_half = np.asarray(wb.particles.half_time(ts, ref.fraction), float)
+        ref_half = np.asarray(half_time(ts, ref.fraction), float)
         ref_grams = _grams(rk4, c.reference_dt, c.order_betas, order_starts, order_ts, devices)
         runs = [(name, dt) for name in c.integrators for dt in c.dts]
         rows = []
         for name, dt in progress(runs, desc="step convergence"):
-            integrator = wb.particles.INTEGRATORS[name]
+            integrator = wb.registry.SPHERE_INTEGRATORS[name]
             pd = diagram(integrator, dt)
             err = np.abs(pd.fraction - ref.fraction)
-            half = np.asarray(wb.particles.half_time(ts, pd.fraction), float)
+            half = np.asarray(half_time(ts, pd.fraction), float)
             both = ~np.isnan(half) & ~np.isnan(ref_half)
             grams = _grams(integrator, dt, c.order_betas, order_starts, order_ts, devices)
             gram_err = np.abs(grams - ref_grams).max(axis=(0, 1, 3, 4))  # per order time
@@ -343,7 +344,7 @@ def compute(config: Config) -> Results:
     for name in c.integrators:
         sub = [r for r in rows if r.integrator == name]
         dts = [r.dt for r in sub]
-        expected = int(wb.particles.INTEGRATORS[name].order())
+        expected = int(wb.registry.SPHERE_INTEGRATORS[name].order())
         gram_fit = _fit(dts, [r.gram_max_error[first] for r in sub], expected)
         stat_fit = _fit(dts, [r.mean_abs_error for r in sub])
         orders[name] = Order(

@@ -29,6 +29,7 @@ from studies import ConfigError
 from studies._run.cli import main as cli
 from studies._toolkit import memory as _memory
 from studies._toolkit.config import SEED_MAX, steps_in
+from workbench.particles._starts import uniform_sphere
 
 GIB = 1 << 30
 
@@ -213,7 +214,7 @@ def test_repulsion_estimate_matches_xla_of_its_flow_chunk(scale):
     with jax.enable_x64(True):
         for n in config.ns:
             for d in config.dims:
-                xs = jnp.asarray(wb.particles.uniform_sphere(np.random.default_rng(0), s, n, d))
+                xs = jnp.asarray(uniform_sphere(np.random.default_rng(0), s, n, d))
                 program = _xla_bytes(chunk.lower(jnp.asarray(1.0, jnp.float64), xs))
                 cases.append(program + xs.nbytes + np.zeros((s, n, n)).nbytes)
     checks = int(config.max_time // config.chunk_time) + 1
@@ -299,7 +300,7 @@ def test_stability_estimate_matches_xla_of_its_jacobian_and_modal_steps(n):
         full = np.linalg.eigvals(jac)
         k = int(np.sum(full.real < -1e-8 * float(np.abs(full).max())))
         eig = jac.nbytes + 2 * np.zeros((size, size), complex).nbytes
-        rk = wa.unsplit_method("unsplit-rk4")
+        rk = wb.registry.UNSPLIT_METHODS["unsplit-rk4"]
         trials = _xla_bytes(
             _modal_amplification.lower(
                 jnp.asarray(jac, complex), jnp.zeros((size, k), complex),

@@ -9,33 +9,23 @@ from ._convergence import (
     error_ladder as error_ladder,
     reference_solution as reference_solution,
 )
-from ._exponential import (
-    ExponentialFit as ExponentialFit,
-    exponential_fit as exponential_fit,
-    exponential_rate as exponential_rate,
-)
 from ._order import (
-    DEFAULT_ROUNDOFF as DEFAULT_ROUNDOFF,
-    ORDER_FIT_RESULTS as ORDER_FIT_RESULTS,
+    RESULTS as RESULTS,
     OrderFit as OrderFit,
     OrderFitError as OrderFitError,
     fit_order as fit_order,
     roundoff_level as roundoff_level,
 )
 from ._plan import (
-    METHODS as METHODS,
     DiscretizationPlan as DiscretizationPlan,
-    method_from_name as method_from_name,
     steps_for_tolerance as steps_for_tolerance,
 )
 from ._quadrature import (
-    QUADRATURE_RULES as QUADRATURE_RULES,
     AbstractQuadratureRule as AbstractQuadratureRule,
     GaussLegendreRule as GaussLegendreRule,
     Grid as Grid,
     MidpointRule as MidpointRule,
     TrapezoidRule as TrapezoidRule,
-    quadrature_rule as quadrature_rule,
 )
 from ._resolution import (
     ContinuousLayer as ContinuousLayer,
@@ -52,16 +42,12 @@ from ._spectra import (
     layer_inputs as layer_inputs,
     lipschitz_estimate as lipschitz_estimate,
     lyapunov_exponents as lyapunov_exponents,
-    matrix_with_spectrum as matrix_with_spectrum,
-    spectral_projector as spectral_projector,
     term_fields as term_fields,
 )
 from ._splitting import (
-    UNSPLIT_METHODS as UNSPLIT_METHODS,
     exact_step as exact_step,
     operator_fields as operator_fields,
     splitting_step as splitting_step,
-    unsplit_method as unsplit_method,
     vector_field_commutator as vector_field_commutator,
 )
 from ._splitting_errors import (

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import int_in_range, positive_int
+from .._checks import int_in_range, number_in_range, positive_float, positive_int
 from .._equation import Equation
 from .._integrate import integrate
 from .._solution import RESULTS
@@ -50,8 +50,7 @@ def reference_solution(
     given `rtol`, adaptive Dopri8 (PID controller, `rtol = atol`, at most `max_steps` steps per
     layer) checked against `10 rtol` (one compilation for both)."""
     if rtol is not None:
-        if not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
-            raise ValueError(f"rtol={rtol!r} must be a number in (0, 1).")
+        number_in_range("rtol", rtol, 0, 1, numpy_scalars=False)
         kwargs = {} if formulation is None else {"formulation": formulation}
 
         def adaptive(tol):
@@ -149,8 +148,7 @@ class Ladder:
         or an evaluation count."""
         if self.fit is None or not self.fit.order > 0 or self.evaluations[0] <= 0:
             return None
-        if not error > 0:
-            raise ValueError(f"error={error!r} must be > 0.")
+        positive_float("error", error, finite=False, arrays=True)
         h = (error / self.fit.constant) ** (1.0 / self.fit.order)
         return float(self.evaluations[0] * self.step_sizes[0] / h)
 

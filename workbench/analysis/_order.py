@@ -31,17 +31,19 @@ The confidence interval is Bonferroni-widened over the windows the selection cou
 negative errors, bad options) raise `ValueError` at once: they are the caller's bug. Valid data
 that admits no fit (too few points, a diverged run's NaN error, everything at the floor, no
 window sharing one slope) is an outcome of the analysis, reported as a value as
-`workbench.Solution.result` does for a solve: `OrderFit.result` is an `ORDER_FIT_RESULTS` item
+`workbench.Solution.result` does for a solve: `OrderFit.result` is a `RESULTS` item
 and the numbers are NaN. `fit_order(..., throw=True)` (the default) raises `OrderFitError` (a
 `ValueError`) for it; `throw=False` returns the failed `OrderFit`.
 """
 
 import dataclasses
-import enum
 import math
 
+import equinox as eqx
 import numpy as np
 
+from .._checks import finite_float, int_in_range, number_in_range, positive_float
+from .._solution import result_name
 from ._student_t import t_quantile as _t_quantile
 
 # A point whose error is within this factor of the floor's largest error is mostly round-off.
@@ -67,9 +69,7 @@ def roundoff_level(dtype_or_eps, solution_scale=1.0, num_steps=1):
     if isinstance(dtype_or_eps, bool):
         raise ValueError(f"roundoff_level: dtype_or_eps={dtype_or_eps!r} is not a dtype or eps.")
     if isinstance(dtype_or_eps, (float, int, np.floating, np.integer)):
-        eps = float(dtype_or_eps)
-        if not 0 < eps < 1:
-            raise ValueError(f"roundoff_level: eps={eps!r} must be in (0, 1).")
+        eps = number_in_range("eps", dtype_or_eps, 0, 1, owner="roundoff_level")
     else:
         dt = dtype_or_eps
         if not isinstance(dt, (type, str, np.dtype)) and hasattr(dt, "dtype"):
@@ -95,14 +95,11 @@ def roundoff_level(dtype_or_eps, solution_scale=1.0, num_steps=1):
 DEFAULT_ROUNDOFF = roundoff_level(np.float64, 1.0, 10)
 
 
-class ORDER_FIT_RESULTS(enum.Enum):
-    """How `fit_order` ended, as `workbench.RESULTS` reports a solve: compare with `is` or `==`
-    (`fit.result is ORDER_FIT_RESULTS.successful`); `.name` is the JSON record, `.value` the
-    generic reason and fix (`OrderFit.message` has the specifics: the data, the counts).
-
-    A host-side `enum.Enum`, not an `equinox.Enumeration`: the fit runs in NumPy on concrete
-    data, never under `jit` or `vmap`.
-    """
+class RESULTS(eqx.Enumeration):
+    """How `fit_order` ended, as `workbench.RESULTS` reports a solve: an `equinox.Enumeration`
+    item, compared with `==` (`fit.result == workbench.analysis.RESULTS.successful`);
+    `RESULTS[fit.result]` is the generic reason and fix (`OrderFit.message` has the specifics:
+    the data, the counts), and the item's name is the JSON record."""
 
     successful = ""
     too_few_points = "Fewer step sizes than min_points were given: use a longer ladder."
@@ -124,11 +121,11 @@ class ORDER_FIT_RESULTS(enum.Enum):
 class OrderFitError(ValueError):
     """`fit_order(..., throw=True)` found no fit from valid data (a `ValueError`, so callers that
     catch that keep working). `fit` is the failed `OrderFit` (NaN numbers), `result` its
-    `ORDER_FIT_RESULTS` item; the message is `fit.message` and the result's name."""
+    `RESULTS` item; the message is `fit.message` and the result's name."""
 
     def __init__(self, fit: "OrderFit"):
         super().__init__(
-            f"{fit.message} (result: {fit.result.name}; fit_order(..., throw=False) returns the "
+            f"{fit.message} (result: {result_name(fit.result)}; fit_order(..., throw=False) returns the "
             "failed OrderFit instead)"
         )
         self.fit = fit
@@ -172,7 +169,7 @@ class OrderFit:
       `"all_points"` (`asymptotic=False`).
     - `window_selected`: whether the window was chosen from the data.
     - `candidate_windows`: how many windows the selection chose among (`1` if not selected).
-    - `result`: an `ORDER_FIT_RESULTS` item; `successful` unless no fit was possible (then
+    - `result`: a `RESULTS` item; `successful` unless no fit was possible (then
       `order`, `constant`, `stderr` and the interval are NaN, `used` is all `False`, `regime` is
       `"no_fit"`, and `floor`/`floor_kind` say what was floor when that is known).
     - `message`: why there is no fit (`""` on success).
@@ -198,13 +195,14 @@ class OrderFit:
     regime: str = "asymptotic"
     window_selected: bool = False
     candidate_windows: int = 1
-    result: ORDER_FIT_RESULTS = ORDER_FIT_RESULTS.successful
+    # A factory: an enumeration item is an `equinox.Module`, which `dataclasses` counts as mutable.
+    result: RESULTS = dataclasses.field(default_factory=lambda: RESULTS.successful)
     message: str = ""
 
     @property
     def success(self) -> bool:
-        """Whether there is a fit (`result is ORDER_FIT_RESULTS.successful`)."""
-        return self.result is ORDER_FIT_RESULTS.successful
+        """Whether there is a fit (`result == RESULTS.successful`)."""
+        return bool(self.result == RESULTS.successful)
 
     @property
     def num_used(self) -> int:
@@ -258,7 +256,7 @@ class OrderFit:
             "regime": self.regime,
             "window_selected": self.window_selected,
             "candidate_windows": self.candidate_windows,
-            "result": self.result.name,
+            "result": result_name(self.result),
             "message": self.message,
         }
 
@@ -321,7 +319,7 @@ def fit_order(
     what happened.
 
     - `throw`: what to do when the data admit no fit: raise `OrderFitError` (`True`), or return
-      an `OrderFit` whose `result` says why (`False`; see `ORDER_FIT_RESULTS`).
+      an `OrderFit` whose `result` says why (`False`; see `RESULTS`).
 
     **Returns:** an `OrderFit`; with `throw=False` check `fit.success` (or `fit.result`) before
     reading its numbers.
@@ -336,18 +334,13 @@ def fit_order(
 
     **Example:** `fit_order([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 6.25e-4]).order == 2.0`.
     """
-    if isinstance(min_points, bool) or not isinstance(min_points, int) or min_points < 2:
-        raise ValueError(f"fit_order: min_points={min_points!r} must be an integer >= 2.")
-    if not 0 < confidence < 1:
-        raise ValueError(f"fit_order: confidence={confidence!r} must be in (0, 1).")
-    if not tol > 0:
-        raise ValueError(f"fit_order: tol={tol!r} must be > 0.")
-    if not (math.isfinite(roundoff_factor) and roundoff_factor > 0):
-        raise ValueError(f"fit_order: roundoff_factor={roundoff_factor!r} must be finite and > 0.")
-    if not math.isfinite(flat):
-        raise ValueError(f"fit_order: flat={flat!r} must be finite.")
-    if expected is not None and not math.isfinite(expected):
-        raise ValueError(f"fit_order: expected={expected!r} must be finite or None.")
+    owner = "fit_order"
+    int_in_range("min_points", min_points, 2, owner=owner, numpy_ints=False)
+    number_in_range("confidence", confidence, 0, 1, owner=owner)
+    positive_float("tol", tol, owner=owner, finite=False, numpy_scalars=True)
+    positive_float("roundoff_factor", roundoff_factor, owner=owner, numpy_scalars=True)
+    finite_float("flat", flat, owner=owner, numpy_scalars=True)
+    finite_float("expected", expected, owner=owner, allow_none=True, numpy_scalars=True)
     h = np.asarray(steps, dtype=np.float64).ravel()
     e = np.asarray(errors, dtype=np.float64).ravel()
     if h.size != e.size:
@@ -364,13 +357,13 @@ def fit_order(
     failure = None
     if h.size < min_points:
         failure = (
-            ORDER_FIT_RESULTS.too_few_points,
+            RESULTS.too_few_points,
             f"fit_order: {h.size} point(s) given; an order fit needs at least {min_points} "
             "step sizes (use a longer ladder).",
         )
     elif not np.all(np.isfinite(e)):
         failure = (
-            ORDER_FIT_RESULTS.nonfinite_errors,
+            RESULTS.nonfinite_errors,
             f"fit_order: errors must be finite and >= 0; got {e.tolist()} (a NaN/inf error means "
             "a run diverged: shrink the largest step).",
         )
@@ -409,7 +402,7 @@ def fit_order(
             floor_kind = None if floor is None else "roundoff" if by_level[:lo].any() else "flat"
             if n - lo < min_points:
                 return no_fit(
-                    ORDER_FIT_RESULTS.at_floor,
+                    RESULTS.at_floor,
                     f"fit_order: only {n - lo} point(s) lie above the round-off floor "
                     f"(errors {e.tolist()}); an order fit needs {min_points}: use larger steps.",
                     floor,
@@ -419,7 +412,7 @@ def fit_order(
             a, hi = _window(local, positive, lo, min_points, tol)
             if hi - a < min_points:
                 return no_fit(
-                    ORDER_FIT_RESULTS.no_asymptotic_window,
+                    RESULTS.no_asymptotic_window,
                     f"fit_order: no {min_points} consecutive points share one slope within "
                     f"±{tol} (local orders {np.round(local, 3).tolist()}); refine the ladder or "
                     "raise tol.",
@@ -447,7 +440,7 @@ def fit_order(
     else:
         if not positive.all():
             return no_fit(
-                ORDER_FIT_RESULTS.zero_errors,
+                RESULTS.zero_errors,
                 f"fit_order: asymptotic=False needs all errors > 0; got {e.tolist()}.",
                 local=local,
             )

@@ -17,6 +17,7 @@ import pathlib
 
 import diffrax
 
+from .._checks import int_in_range, positive_float
 from .._table import Table
 from ..io import atomic_write_json
 from ..schemes._splitting import SPLITTING_SCHEMES
@@ -24,27 +25,23 @@ from ..solvers._table import ODE_SOLVERS
 
 _ODE = diffrax.ODETerm(lambda t, y, args: y)
 
-METHODS: Table[tuple] = Table(
+METHODS: Table = Table(
     "method",
     "method (ODE solver or splitting scheme)",
-    {
-        **{n: (type(m), m.order(_ODE), "diffrax") for n, m in ODE_SOLVERS.items()},
-        **{n: (type(m), m.order(), "splitting") for n, m in SPLITTING_SCHEMES.items()},
-    },
+    {**ODE_SOLVERS, **SPLITTING_SCHEMES},
 )
-"""name -> (constructor, declared order, family): a view of the registry's ODE solvers
-(family `"diffrax"`) and splitting schemes (`"splitting"`), whose names are disjoint; the orders
-are the objects' own `order()`."""
+"""The methods a plan or a convergence study chooses from, by name: the registry's ODE solvers and
+splitting schemes together (their names are disjoint). Public as `workbench.registry.METHODS`."""
 
 SCHEMA = "workbench.discretization-plan/1"
 
 
-def method_from_name(name: str):
-    """The method object for a CLI name (see `METHODS`).
-
-    **Raises:** `ValueError` naming the valid names.
-    """
-    return METHODS.lookup(name, field="method")[0]()
+def declared_order(method) -> int:
+    """The order a method declares: a splitting scheme's `order()`, a diffrax solver's
+    `order(terms)` for an ODE term."""
+    if isinstance(method, diffrax.AbstractSolver):
+        return method.order(_ODE)
+    return method.order()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +50,8 @@ class DiscretizationPlan:
 
     **Fields:**
 
-    - `method`: the method's name (a key of `METHODS`; `method_object()` builds it).
+    - `method`: the method's name (a key of `workbench.registry.METHODS`; `method_object()` is
+      the method).
     - `steps_per_layer`: steps per layer (unit piece length) that meet `tolerance`.
     - `tolerance`: the requested max-abs error at `T`.
     - `measured_error`: the error measured at `steps_per_layer` against the reference.
@@ -81,20 +79,13 @@ class DiscretizationPlan:
     model: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(
-                f"plan.method={self.method!r} is not known; valid: {', '.join(METHODS)}."
-            )
-        if not (isinstance(self.steps_per_layer, int) and self.steps_per_layer >= 1):
-            raise ValueError(
-                f"plan.steps_per_layer={self.steps_per_layer!r} must be an integer >= 1."
-            )
-        if not self.tolerance > 0:
-            raise ValueError(f"plan.tolerance={self.tolerance!r} must be > 0.")
+        METHODS.lookup(self.method, field="plan.method")
+        int_in_range("plan.steps_per_layer", self.steps_per_layer, 1, numpy_ints=False)
+        positive_float("plan.tolerance", self.tolerance, finite=False, numpy_scalars=True)
 
     def method_object(self):
         """The method, ready for `workbench.integrate(..., method, num_steps=...)`."""
-        return method_from_name(self.method)
+        return METHODS[self.method]
 
     def num_steps(self, num_layers: int) -> int:
         """The `num_steps` argument of `workbench.integrate` for a model of `num_layers`."""
@@ -139,7 +130,6 @@ class DiscretizationPlan:
 
 def steps_for_tolerance(fit, tolerance: float, piece_length: float, *, safety: float = 0.8) -> int:
     """Steps per layer predicted by `e(h) = C h^p` to reach `safety × tolerance`."""
-    if not tolerance > 0:
-        raise ValueError(f"tolerance={tolerance!r} must be > 0.")
+    positive_float("tolerance", tolerance, finite=False, numpy_scalars=True)
     h = (safety * tolerance / fit.constant) ** (1.0 / fit.order)
     return max(1, math.ceil(piece_length / h - 1e-9))

@@ -112,15 +112,7 @@ QUADRATURE_RULES: Table[AbstractQuadratureRule] = Table(
     "quadrature rule",
     {r.name: r for r in (MidpointRule(), TrapezoidRule(), GaussLegendreRule())},
 )
-"""Name -> rule, for the command line (`workbench.registry.QUADRATURE_RULES`)."""
-
-
-def quadrature_rule(name: str, *, field: str = "rule") -> AbstractQuadratureRule:
-    """The rule called `name` (`"midpoint"`, `"trapezoid"`, `"gauss"`).
-
-    **Raises:** `ValueError` naming `field`, the value and the valid rules.
-    """
-    return QUADRATURE_RULES.lookup(name, field=field)
+"""Name -> rule, for the command line (public as `workbench.registry.QUADRATURE_RULES`)."""
 
 
 class Grid(eqx.Module):
@@ -154,8 +146,8 @@ class Grid(eqx.Module):
         if not isinstance(rule, AbstractQuadratureRule):
             raise ValueError(
                 f"rule={rule!r} is not a quadrature rule; pass one of MidpointRule(), "
-                "TrapezoidRule(), GaussLegendreRule() (or quadrature_rule(name) with a name in "
-                f"{', '.join(QUADRATURE_RULES)})."
+                "TrapezoidRule(), GaussLegendreRule() (or workbench.registry.QUADRATURE_RULES[name], name "
+                f"in {', '.join(QUADRATURE_RULES)})."
             )
         num = _check_num_nodes(num, field)
         t, w = rule.nodes_weights(num)

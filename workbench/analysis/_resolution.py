@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import int_in_range
+from .._checks import int_in_range, positive_float
 from ._quadrature import AbstractQuadratureRule, Grid
 
 __all__ = [
@@ -218,8 +218,7 @@ class ContinuousTransformer(eqx.Module):
     def __check_init__(self):
         if not self.layers:
             raise ValueError("ContinuousTransformer.layers is empty; give at least one layer.")
-        if not (isinstance(self.tau, (int, float)) and self.tau > 0):
-            raise ValueError(f"ContinuousTransformer.tau={self.tau!r} must be a number > 0.")
+        positive_float("ContinuousTransformer.tau", self.tau, finite=False)
 
     @classmethod
     def random(

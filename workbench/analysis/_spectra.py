@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import is_int, positive_int
+from .._checks import is_int, positive_float, positive_int
 from .._equation import Equation
 from .._random import normal
 
@@ -356,8 +356,7 @@ def spectral_projector(jacobian, cutoff: float = 0.0) -> tuple[np.ndarray | None
     jac = np.asarray(jacobian, dtype=np.float64)
     if jac.ndim != 2 or jac.shape[0] != jac.shape[1] or not np.all(np.isfinite(jac)):
         raise ValueError(f"jacobian must be a finite square matrix; got shape {jac.shape}.")
-    if not (np.isfinite(cutoff) and cutoff >= 0):
-        raise ValueError(f"cutoff={cutoff!r} must be a finite number >= 0.")
+    positive_float("cutoff", cutoff, allow_zero=True, arrays=True)
     t, z, k = scipy.linalg.schur(jac, output="complex", sort=lambda x: x.real < -cutoff)
     if k == 0:
         return None, 0

@@ -40,46 +40,18 @@ from .._checks import int_in_range, is_int, positive_int
 from .._equation import Equation, PostNorm
 from .._integrate import check_tokens
 from .._step import step
-from .._table import Table
 from .._types import KeyMask, Tokens
-from ..schemes._runge_kutta import RK4, UNSPLIT_RK, AbstractExplicitRK
+from ..schemes._runge_kutta import RK4, AbstractExplicitRK
 from ..schemes._splitting import AbstractSplittingScheme
 
 __all__ = [
-    "UNSPLIT_METHODS",
     "exact_step",
     "operator_fields",
     "splitting_step",
-    "unsplit_method",
     "vector_field_commutator",
 ]
 
 Method = AbstractSplittingScheme | AbstractExplicitRK
-
-# name -> (constructor, declared order, family), in the shape of `METHODS`.
-UNSPLIT_METHODS: Table[tuple] = Table(
-    "unsplit_method",
-    "unsplit method",
-    {n: (type(m), m.order(), "unsplit") for n, m in UNSPLIT_RK.items()},
-)
-"""The explicit Runge–Kutta tableaux of `workbench.schemes` applied to the whole (unsplit) field,
-by name: `"unsplit-rk4"` is `workbench.schemes.RK4()` (a view of `workbench.registry.UNSPLIT_RK`).
-
-They are not the diffrax solvers of `METHODS` (there `"rk4"` is the diffrax `ClassicalRK4`, with
-the same Butcher tableau): the analysis functions that step a method themselves —
-`local_errors`, `global_errors`, `splitting_flow` and `observed_max_stable_step` — need these
-(or a splitting scheme), and the names say so. Each has the same declared order as the diffrax
-solver of the same tableau."""
-
-
-def unsplit_method(name: str) -> AbstractExplicitRK:
-    """The unsplit Runge–Kutta method called `name` (a key of `UNSPLIT_METHODS`), e.g.
-    `unsplit_method("unsplit-rk4") == workbench.schemes.RK4()`.
-
-    **Raises:** `ValueError` naming the valid names.
-    """
-    return UNSPLIT_RK.lookup(name, field="method")
-
 
 # --------------------------------------------------------------------------------------------
 # Checks (all raised before any compute)

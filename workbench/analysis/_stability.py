@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.polynomial import polynomial as P
 
-from .._checks import positive_float, positive_int
+from .._checks import number_in_range, positive_float, positive_int
 from ..schemes._runge_kutta import AbstractExplicitRK, ButcherTableau
 from ..schemes._splitting import AbstractSplittingScheme
 
@@ -193,8 +193,7 @@ def max_stable_step(method, eigenvalues, *, tol: float = 1e-12) -> float:
 
     Explicit Euler on `λ = −L`: `2/L`; RK4: `≈ 2.7853/L`.
     """
-    if not (isinstance(tol, (int, float)) and tol > 0):
-        raise ValueError(f"tol={tol!r} must be a positive number, e.g. 1e-12.")
+    positive_float("tol", tol, finite=False, hint="e.g. 1e-12")
     lam = np.atleast_1d(np.asarray(eigenvalues, dtype=complex)).ravel()
     if not np.all(np.isfinite(lam)):
         raise ValueError("eigenvalues contain NaN or inf; compute the spectrum of a finite state.")
@@ -384,10 +383,8 @@ def observed_max_stable_step(
     _check_positive("num_steps", num_steps, integer=True)
     _check_positive("num_scan", num_scan, integer=True)
     _check_positive("rtol", rtol)
-    if not (isinstance(rate_tol, (int, float)) and rate_tol >= 0):
-        raise ValueError(f"rate_tol={rate_tol!r} must be a number >= 0.")
-    if not (isinstance(growth, (int, float)) and growth > 1):
-        raise ValueError(f"growth={growth!r} must be a number > 1 (a bound on ‖U_N‖/‖U_0‖).")
+    positive_float("rate_tol", rate_tol, allow_zero=True, finite=False)
+    number_in_range("growth", growth, 1, numpy_scalars=False, hint="a bound on ‖U_N‖/‖U_0‖")
     if isinstance(method, AbstractSplittingScheme):
         rk = method.inner
     elif isinstance(method, AbstractExplicitRK):
@@ -503,8 +500,7 @@ def observed_modal_max_stable_step(
     _check_positive("num_scan", num_scan, integer=True)
     _check_positive("rtol", rtol)
     _check_positive("tol", tol)
-    if not (isinstance(decay_cutoff, (int, float)) and decay_cutoff >= 0):
-        raise ValueError(f"decay_cutoff={decay_cutoff!r} must be a number >= 0.")
+    positive_float("decay_cutoff", decay_cutoff, allow_zero=True, finite=False)
     if not isinstance(method, AbstractExplicitRK):
         raise ValueError(
             f"method={method!r}: the modal observation needs an explicit Runge–Kutta method of "

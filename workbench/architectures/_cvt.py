@@ -26,10 +26,9 @@ from collections.abc import Mapping, Sequence
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float
 
-from .._checks import is_number, positive_int
+from .._checks import boolean, is_number, positive_int
 from .._controls import stack
 from .._equation import PreNorm
 from ..terms._activations import gelu
@@ -220,8 +219,7 @@ def cvt_from_hf(state_dict: Mapping, config, *, image_size=(224, 224), dtype=Non
                 "it at the end of its own stage."
             )
         for f in ("cls_token", "qkv_bias"):
-            if not isinstance(st[f][s], (bool, np.bool_)):
-                raise ValueError(f"{f}[{s}]={st[f][s]!r} must be a bool.")
+            boolean(f"{f}[{s}]", st[f][s])
         d = _positive_int(st["embed_dim"][s], f"embed_dim[{s}]")
         _heads_divide(d, _positive_int(st["num_heads"][s], f"num_heads[{s}]"), f"num_heads[{s}]")
         _positive_int(st["depth"][s], f"depth[{s}]")

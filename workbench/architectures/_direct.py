@@ -98,7 +98,7 @@ def direct_encoder(
     """`torch.nn.TransformerEncoder` forward on one sequence `u (n, d)`, layer by layer.
 
     `key_mask`: optional `(n,)`, True (or 1) = real token (the opposite of torch's
-    `src_key_padding_mask`), checked by `workbench.terms.check_mask`.
+    `src_key_padding_mask`), checked by `workbench.terms._mask.check_mask`.
     """
     sd = {k: np.asarray(v) for k, v in state_dict.items()}
     x = np.asarray(u, sd["layers.0.linear1.weight"].dtype)

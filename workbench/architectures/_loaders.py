@@ -5,18 +5,15 @@ Weights arrive as plain numpy state dicts (no torch at runtime). PyTorch `Linear
 GPT-2's `Conv1D` already stores `(in, out)`.
 """
 
-import math
 from collections.abc import Mapping
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._checks import is_number, positive_int
+from .._checks import boolean, positive_float, positive_int
 from .._controls import stack
 from .._equation import PostNorm, PreNorm
 from .._host import device_array
-from ..terms._activations import activation_from_name
+from ..terms._activations import ACTIVATIONS
 from ..terms._attention import MultiHeadAttention
 from ..terms._feedforward import FeedForward
 from ..terms._projections import LayerNormProjection
@@ -45,20 +42,7 @@ def _heads_divide(d: int, num_heads: int, name: str = "num_heads") -> None:
 
 def _eps(value, name: str) -> float:
     """A finite number >= 0: Python, NumPy scalar, or a concrete 0-d NumPy/JAX array."""
-    v = value
-    if isinstance(v, (np.ndarray, np.generic, jax.Array)) and not isinstance(v, jax.core.Tracer):
-        if np.ndim(v) == 0:
-            v = np.asarray(v).item()
-    ok = is_number(v) and math.isfinite(v) and v >= 0
-    if not ok:
-        raise ValueError(f"{name}={value!r} must be a nonnegative number (finite, e.g. 1e-5).")
-    return float(v)
-
-
-def _bool(value, name: str, meaning: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name}={value!r} must be a bool: True or False ({meaning}).")
-    return bool(value)
+    return positive_float(name, value, allow_zero=True, arrays=True, hint="e.g. 1e-5")
 
 
 def _array(x, dtype):
@@ -134,8 +118,8 @@ def encoder_from_torch(
     arch = "torch.nn.TransformerEncoder"
     sd = as_numpy_state_dict(state_dict)
     num_heads = _positive_int(num_heads, "num_heads")
-    norm_first = _bool(norm_first, "norm_first", "True: pre-LN, False: post-LN, as in torch")
-    act = activation_from_name(activation)
+    norm_first = boolean("norm_first", norm_first, hint="True: pre-LN, False: post-LN, as in torch")
+    act = ACTIVATIONS.lookup(activation)
     eps = _eps(layer_norm_eps, "layer_norm_eps")
     L = count_layers(sd, r"layers\.(\d+)\.", architecture=arch)
     first = sd.get("layers.0.self_attn.in_proj_weight")
@@ -252,7 +236,7 @@ def bert_from_hf(state_dict: Mapping, config, *, dtype=None) -> BERT:
     m = _positive_int(cfg.get("intermediate_size", 4 * d), "intermediate_size")
     _heads_divide(d, H, "num_attention_heads")
     eps = _eps(cfg.get("layer_norm_eps", 1e-12), "layer_norm_eps")
-    act = activation_from_name(cfg.get("hidden_act", "gelu"), field="hidden_act")
+    act = ACTIVATIONS.lookup(cfg.get("hidden_act", "gelu"), field="hidden_act")
     pos_type = cfg.get("position_embedding_type", "absolute") or "absolute"
     if pos_type != "absolute":
         raise ValueError(
@@ -354,7 +338,7 @@ def gpt2_from_hf(state_dict: Mapping, config, *, dtype=None) -> GPT2:
     V = _positive_int(_require(cfg, "vocab_size", arch), "vocab_size")
     P = _positive_int(cfg.get("n_positions", 1024), "n_positions")
     eps = _eps(cfg.get("layer_norm_epsilon", 1e-5), "layer_norm_epsilon")
-    act = activation_from_name(
+    act = ACTIVATIONS.lookup(
         cfg.get("activation_function", "gelu_new"), field="activation_function"
     )
     if cfg.get("scale_attn_by_inverse_layer_idx", False):

@@ -21,7 +21,7 @@ from .._checks import is_int
 from .._controls import stack
 from .._equation import PreNorm
 from .._types import Tokens
-from ..terms._activations import activation_from_name, activation_name
+from ..terms._activations import ACTIVATIONS, activation_name
 from ..terms._projections import LayerNormProjection
 from ._loaders import (
     _array,
@@ -160,7 +160,7 @@ def vit_from_hf(state_dict: Mapping, config, *, dtype=None) -> ViT:
     m = _positive_int(cfg.get("intermediate_size", 4 * d), "intermediate_size")
     _heads_divide(d, H, "num_attention_heads")
     eps = _eps(cfg.get("layer_norm_eps", 1e-12), "layer_norm_eps")
-    act = activation_from_name(cfg.get("hidden_act", "gelu"), field="hidden_act")
+    act = ACTIVATIONS.lookup(cfg.get("hidden_act", "gelu"), field="hidden_act")
     C = _positive_int(cfg.get("num_channels", 3), "num_channels")
     image = _pair(_require(cfg, "image_size", arch), "image_size")
     patch = _pair(_require(cfg, "patch_size", arch), "patch_size")

@@ -2,9 +2,21 @@
 
 Dynamics (`SA`, `USA`, `Hardmax`, `FFNAugmented`, `AngleUSA`), sphere integrators
 (`ProjectedEuler`, `ProjectedRK2`, `ProjectedRK4`, `GeodesicEuler`, `DiffraxProjected`), the entry
-point `simulate`, and the energy and mean-field velocity.
+point `simulate`, the energy and mean-field velocity, the clustering diagnostics, the batched
+phase-diagram kernel and the theory curves of the paper.
+
+The public API is re-exported here; submodules starting with `_` are private.
 """
 
+from ._diagnostics import (
+    cluster_count as cluster_count,
+    cluster_count_rank as cluster_count_rank,
+    cluster_labels as cluster_labels,
+    fraction_clustered as fraction_clustered,
+    gram as gram,
+    inner_product_histogram as inner_product_histogram,
+    pair_inner_products as pair_inner_products,
+)
 from ._dynamics import (
     SA as SA,
     USA as USA,
@@ -19,8 +31,6 @@ from ._dynamics import (
     to_angles as to_angles,
 )
 from ._integrators import (
-    INTEGRATORS as INTEGRATORS,
-    AbstractProjectedRK as AbstractProjectedRK,
     AbstractSphereIntegrator as AbstractSphereIntegrator,
     DiffraxProjected as DiffraxProjected,
     GeodesicEuler as GeodesicEuler,
@@ -29,11 +39,29 @@ from ._integrators import (
     ProjectedRK4 as ProjectedRK4,
 )
 from ._simulate import simulate as simulate
-from ._starts import half_time as half_time, uniform_sphere as uniform_sphere
-
-# isort: split
-# The diagnostics and theory modules (written alongside) export their own `__all__`.
-from ._diagnostics import *  # noqa: F401,F403  (diagnostics: Gram, cluster counts, ...)
-from ._sweeps import *  # noqa: F401,F403  (the batched phase-diagram kernel)
-from ._theory import *  # noqa: F401,F403  (theory curves: gamma_beta, Wendel, ...)
-from ._time_series import *  # noqa: F401,F403  (plateaus, count summaries, exponential rates)
+from ._sweeps import (
+    AbstractForm as AbstractForm,
+    GramForm as GramForm,
+    ParticleForm as ParticleForm,
+    PhaseDiagram as PhaseDiagram,
+    ReducedForm as ReducedForm,
+    clustering_curve as clustering_curve,
+    gram_trajectory as gram_trajectory,
+    phase_diagram as phase_diagram,
+    random_starts as random_starts,
+)
+from ._theory import (
+    clustering_rate_bound as clustering_rate_bound,
+    gamma_beta as gamma_beta,
+    gamma_infinity as gamma_infinity,
+    hemisphere_margin as hemisphere_margin,
+    large_beta_condition as large_beta_condition,
+    large_beta_threshold as large_beta_threshold,
+    tau_star as tau_star,
+    wendel_probability as wendel_probability,
+)
+from ._time_series import (
+    Plateau as Plateau,
+    plateaus as plateaus,
+    time_to_one_cluster as time_to_one_cluster,
+)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .._checks import positive_int
+from .._checks import number_in_range, positive_int
 from .._types import Tokens
 
 __all__ = [
@@ -54,13 +54,12 @@ def _check_config(x, name: str = "x", min_n: int = 1) -> None:
 
 def _check_threshold(name: str, value, *, upper: float = 2.0) -> None:
     """Check a threshold when it is a concrete number; traced values pass unchecked."""
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name}={value!r} must be a number in (0, {upper}], not a bool.")
-    if isinstance(value, (int, float, np.integer, np.floating)) and not 0 < value <= upper:
-        raise ValueError(
-            f"{name}={value!r} is outside the valid range (0, {upper}]: pairs count as close when "
-            f"<x_i, x_j> exceeds 1 - {name}, and inner products of unit vectors lie in [-1, 1]."
-        )
+    if isinstance(value, bool | int | float | np.bool_ | np.integer | np.floating):
+        number_in_range(
+            name, value, 0, upper, include_high=True,
+            hint=f"pairs count as close when <x_i, x_j> exceeds 1 - {name}, and inner products "
+            "of unit vectors lie in [-1, 1]",
+        )  # fmt: skip
 
 
 def _check_series(ts, counts) -> None:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._checks import boolean, finite_float, positive_float
 from .._types import Scalar, Tokens
 from ..terms._activations import relu
 
@@ -49,8 +50,7 @@ def _check_beta(owner: str, beta) -> None:
             f"{owner}.beta must be a scalar; got shape {b.shape}. To sweep β, build the batch with "
             f"`eqx.filter_vmap({owner})(betas)` or construct {owner}(beta) inside `jax.vmap`."
         )
-    if not np.issubdtype(b.dtype, np.number) or not np.isfinite(b):
-        raise ValueError(f"{owner}.beta={beta!r} must be a finite real number.")
+    finite_float(f"{owner}.beta", b, arrays=True)
 
 
 def _check_matrices(owner: str, Q, K, V) -> None:
@@ -160,11 +160,14 @@ class SA(AbstractDynamics):
     r"""Self-attention dynamics (SA), docs/particles.md:
 
     $$\dot x_i = P^\perp_{x_i}\Big(\frac{1}{Z_i}\sum_j e^{\beta\langle Q x_i, K x_j\rangle} V x_j\Big),
-      \qquad Z_i = \sum_k e^{\beta\langle Q x_i, K x_k\rangle}.$$
+      \qquad Z_i = \sum_k e^{\beta\langle Q x_i, K x_k\rangle},$$
+
+    or, with `normalized=False`, the unnormalized dynamics USA (`Z_i = n`; built by `USA(beta)`).
 
     `Q = K = V = I` by default (applied without forming identity matrices). A leading head axis
     `(h, ·, ·)` on any of `Q, K, V` sums the SA term over heads (2-D matrices and `None` are shared
-    by the heads). The softmax is shifted by its row maximum, so large β does not overflow.
+    by the heads). The softmax is shifted by its row maximum, so large β does not overflow (USA's
+    weights are not normalized: large β can overflow, `e^β`).
 
     **Arguments:**
 
@@ -173,8 +176,10 @@ class SA(AbstractDynamics):
     - `V`: `(d, d)` or `(h, d, d)`, or `None` (identity).
     - `repulsive`: negate the field, i.e. `V → −V` (`V = −I` by default): the interaction energy
       then decreases. Equivalent to `SA(beta, V=-jnp.eye(d))`.
+    - `normalized`: `True` (SA, the softmax `Z_i`) or `False` (USA, `Z_i = n`); `USA(beta, ...)`
+      is `SA(beta, ..., normalized=False)`.
 
-    **Example:** `SA(beta=4.0)`, `SA(1.0, Q=q, K=k, V=v)`, `SA(1.0, repulsive=True)`.
+    **Example:** `SA(beta=4.0)`, `SA(1.0, Q=q, K=k, V=v)`, `SA(1.0, repulsive=True)`, `USA(1.0)`.
 
     Reference: Geshkovski, Letrouit, Polyanskiy, Rigollet, arXiv 2312.10794, §2.
     """
@@ -184,21 +189,35 @@ class SA(AbstractDynamics):
     K: Float[Array, "... dk d"] | None = eqx.field(default=None, converter=_optional_array)
     V: Float[Array, "... d d"] | None = eqx.field(default=None, converter=_optional_array)
     repulsive: bool = eqx.field(default=False, static=True)
+    normalized: bool = eqx.field(default=True, static=True)
 
     def __check_init__(self):
-        _check_beta("SA", self.beta)
-        _check_matrices("SA", self.Q, self.K, self.V)
+        boolean("SA.normalized", self.normalized, hint="True: SA, False: USA")
+        _check_beta(self.name, self.beta)
+        _check_matrices(self.name, self.Q, self.K, self.V)
+
+    @property
+    def name(self) -> str:
+        """`"SA"` or `"USA"` (`normalized=False`): the dynamics' name in messages and in the
+        theory curves' `kind`."""
+        return "SA" if self.normalized else "USA"
 
     def check_dimension(self, d: int) -> None:
-        _check_matrix_dimension("SA", d, self.Q, self.K, self.V)
+        _check_matrix_dimension(self.name, d, self.Q, self.K, self.V)
 
     def field(self, x: Tokens) -> Tokens:
         return _attention_field(
-            x, self.beta, self.Q, self.K, self.V, normalized=True, repulsive=self.repulsive
+            x,
+            self.beta,
+            self.Q,
+            self.K,
+            self.V,
+            normalized=self.normalized,
+            repulsive=self.repulsive,
         )
 
 
-class USA(AbstractDynamics):
+def USA(beta, Q=None, K=None, V=None, repulsive: bool = False) -> SA:
     r"""Unnormalized self-attention dynamics (USA), docs/particles.md: SA with `Z_i` replaced by `n`,
 
     $$\dot x_i = P^\perp_{x_i}\Big(\frac1n\sum_j e^{\beta\langle Q x_i, K x_j\rangle} V x_j\Big).$$
@@ -207,25 +226,11 @@ class USA(AbstractDynamics):
     the product of spheres. Large `β` can overflow (`e^β`): the weights are not normalized.
 
     **Arguments:** as for `SA` (`beta`, `Q`, `K`, `V`, `repulsive`).
+
+    **Returns:** `SA(beta, Q, K, V, repulsive=repulsive, normalized=False)`, an `SA` whose `name`
+    is `"USA"`; batches over β as `SA`'s do (`eqx.filter_vmap(USA)(betas)`).
     """
-
-    beta: float | Scalar
-    Q: Float[Array, "... dk d"] | None = eqx.field(default=None, converter=_optional_array)
-    K: Float[Array, "... dk d"] | None = eqx.field(default=None, converter=_optional_array)
-    V: Float[Array, "... d d"] | None = eqx.field(default=None, converter=_optional_array)
-    repulsive: bool = eqx.field(default=False, static=True)
-
-    def __check_init__(self):
-        _check_beta("USA", self.beta)
-        _check_matrices("USA", self.Q, self.K, self.V)
-
-    def check_dimension(self, d: int) -> None:
-        _check_matrix_dimension("USA", d, self.Q, self.K, self.V)
-
-    def field(self, x: Tokens) -> Tokens:
-        return _attention_field(
-            x, self.beta, self.Q, self.K, self.V, normalized=False, repulsive=self.repulsive
-        )
+    return SA(beta, Q, K, V, repulsive=repulsive, normalized=False)
 
 
 class Hardmax(AbstractDynamics):
@@ -254,8 +259,8 @@ class Hardmax(AbstractDynamics):
 
     def __check_init__(self):
         _check_matrices("Hardmax", self.Q, self.K, self.V)
-        if self.tol is not None and not (np.isfinite(self.tol) and self.tol >= 0):
-            raise ValueError(f"Hardmax.tol={self.tol!r} must be a finite number >= 0 (or None).")
+        if self.tol is not None:
+            positive_float("Hardmax.tol", self.tol, allow_zero=True, arrays=True, hint="or None")
 
     def check_dimension(self, d: int) -> None:
         _check_matrix_dimension("Hardmax", d, self.Q, self.K, self.V)

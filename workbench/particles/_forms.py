@@ -23,26 +23,26 @@ import jax.numpy as jnp
 
 from .._types import Tokens
 from ._cluster_statistics import Gram, _pair_fraction, _pair_fraction_of_rows
-from ._dynamics import SA, USA
+from ._dynamics import SA
 from ._gram_algebra import _as_beta, _euler_rows, _gram_advance, _gram_supported
 from ._integrators import AbstractSphereIntegrator, ProjectedEuler
 from ._reduction import _reduce, _reduce_all
 
 
-def _with_beta(dynamics: SA | USA, beta) -> SA | USA:
+def _with_beta(dynamics: SA, beta) -> SA:
     """`dynamics` with its β leaf replaced by `beta` (a leaf swap: no constructor, no checks; at
     trace time it costs nothing). With `beta` of shape `(B,)` this is a batch over β sharing the
     matrices."""
     return eqx.tree_at(lambda dyn: dyn.beta, dynamics, beta)
 
 
-def _beta_axes(dynamics: SA | USA):
+def _beta_axes(dynamics: SA):
     """`in_axes` for a batch of dynamics: axis 0 on the β leaf, `None` (shared) on the matrices."""
     unbatched = jax.tree.map(lambda _: None, dynamics)
     return eqx.tree_at(lambda dyn: dyn.beta, unbatched, 0, is_leaf=lambda leaf: leaf is None)
 
 
-def _is_identity(dynamics: SA | USA) -> bool:
+def _is_identity(dynamics: SA) -> bool:
     """Whether the dynamics has `Q = K = V = I` (no matrices, not repulsive: `V = −I` there)."""
     return all(m is None for m in (dynamics.Q, dynamics.K, dynamics.V)) and not dynamics.repulsive
 
@@ -66,7 +66,7 @@ class AbstractForm(eqx.Module):
         """The columns of the state `(n, width)` (the default chunk size scales with it)."""
 
     @abc.abstractmethod
-    def advance(self, dynamics: SA | USA, integrator: AbstractSphereIntegrator):
+    def advance(self, dynamics: SA, integrator: AbstractSphereIntegrator):
         """`(state, dt) -> state`: one step of `dynamics` (one `SA` / `USA`, β a scalar, possibly
         traced). Called once per trajectory before the time loop: what it computes outside the
         returned step (e.g. `|β|`) is computed once."""
@@ -98,7 +98,7 @@ class AbstractForm(eqx.Module):
 class _AbstractRowForm(AbstractForm):
     """A form whose state is a set of rows on the sphere (`ParticleForm`, `ReducedForm`)."""
 
-    def _stepped(self, dynamics: SA | USA) -> SA | USA:
+    def _stepped(self, dynamics: SA) -> SA:
         """The dynamics the step evaluates (`ParticleForm` may fuse `Q` and `K`)."""
         return dynamics
 
@@ -106,7 +106,7 @@ class _AbstractRowForm(AbstractForm):
         if _is_identity(dynamics) and isinstance(integrator, ProjectedEuler):
             # |β| once, before the time loop (see `_Beta`).
             beta = _as_beta(dynamics.beta)
-            normalized = isinstance(dynamics, SA)
+            normalized = dynamics.normalized
             return lambda x, dt: _euler_rows(x, beta, dt, normalized)
         stepped = self._stepped(dynamics)
         return lambda x, dt: integrator.step(stepped, x, dt)
@@ -241,7 +241,7 @@ class GramForm(AbstractForm):
         return n
 
     def advance(self, dynamics, integrator):
-        step = _gram_advance(integrator, isinstance(dynamics, SA))
+        step = _gram_advance(integrator, dynamics.normalized)
         # |β| stays inside the step (`_weights_scaled`): the Gram form measured faster so.
         beta = dynamics.beta
         return lambda g, dt: step(g, beta, dt)

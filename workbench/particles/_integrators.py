@@ -137,7 +137,7 @@ class DiffraxProjected(AbstractSphereIntegrator):
         return order
 
 
-INTEGRATORS: Table[AbstractSphereIntegrator] = Table(
+SPHERE_INTEGRATORS: Table[AbstractSphereIntegrator] = Table(
     "sphere_integrator",
     "sphere integrator",
     {
@@ -149,4 +149,4 @@ INTEGRATORS: Table[AbstractSphereIntegrator] = Table(
 )
 """The sphere integrators by the names studies and the command line use (`"euler"` is the
 authors' "Euler step, then renormalize"; `"rk4"` is `ProjectedRK4`, not the diffrax solver of
-`workbench.registry.ODE_SOLVERS`). The same table is `workbench.registry.SPHERE_INTEGRATORS`."""
+`workbench.registry.ODE_SOLVERS`); public as `workbench.registry.SPHERE_INTEGRATORS`."""

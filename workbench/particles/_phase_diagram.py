@@ -21,13 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from .._checks import int_in_range
+from .._checks import int_in_range, positive_float
 from .._random import normal
 from .._sharding import CellMesh
 from .._types import Tokens
 from ._chunking import _default_chunk_size, chunked_map
 from ._cluster_statistics import _StartMoments
-from ._dynamics import SA, USA, AbstractDynamics
+from ._dynamics import SA, AbstractDynamics
 from ._forms import AbstractForm, _is_identity, _resolve_form, _with_beta
 from ._integrators import AbstractSphereIntegrator, ProjectedEuler
 from ._phase_kernel import _chunk, _Kernel
@@ -38,7 +38,6 @@ from ._sweep_checks import (
     _check_dimension,
     _check_integrator,
     _check_optional_count,
-    _check_scalar,
     _check_starts,
     _rebuilt,
     _single_dynamics,
@@ -116,7 +115,7 @@ def _single(owner, dynamics, x0, dt, save_ts, integrator, delta, form):
         x0 = _check_starts(owner, x0, batched=False)
     dtype = x0.dtype
     dynamics = _single_dynamics(owner, dynamics, x0.shape[1])
-    dt = _check_scalar(owner, "dt", dt, positive=True)
+    dt = positive_float("dt", dt, owner=owner, arrays=True)
     delta = _check_delta(owner, delta)
     form = _resolve_form(form, matrices_given=not _is_identity(dynamics), integrator=integrator)
     plan, slots, inverse, _ = _time_plan(owner, save_ts, dt)
@@ -133,7 +132,7 @@ def _single(owner, dynamics, x0, dt, save_ts, integrator, delta, form):
 
 
 def clustering_curve(
-    dynamics: SA | USA,
+    dynamics: SA,
     /,
     x0: Tokens,
     *,
@@ -168,7 +167,7 @@ def clustering_curve(
 
 
 def gram_trajectory(
-    dynamics: SA | USA,
+    dynamics: SA,
     /,
     x0: Tokens,
     *,
@@ -215,7 +214,7 @@ class PhaseDiagram:
 
 
 def phase_diagram(
-    dynamics: SA | USA,
+    dynamics: SA,
     /,
     starts: Float[ArrayLike, "S n d"],
     *,
@@ -304,7 +303,7 @@ def phase_diagram(
     num_starts, n, d = x.shape
     dtype = x.dtype
     _check_dimension(owner, member, d)
-    dt = _check_scalar(owner, "dt", dt, positive=True)
+    dt = positive_float("dt", dt, owner=owner, arrays=True)
     delta = _check_delta(owner, delta)
     form = _resolve_form(form, matrices_given=not _is_identity(member), integrator=integrator)
     plan, slots, inverse, ts = _time_plan(owner, save_ts, dt)

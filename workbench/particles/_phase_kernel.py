@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from .._sharding import CellMesh
 from .._types import Tokens
 from ._cluster_statistics import Gram
-from ._dynamics import SA, USA
+from ._dynamics import SA
 from ._forms import AbstractForm, _with_beta
 from ._integrators import AbstractSphereIntegrator
 from ._time_grid import _Plan
@@ -29,14 +29,14 @@ class _Kernel(eqx.Module):
     def initial(self, x0: Tokens):
         return self.form.initial(x0)
 
-    def advance(self, dynamics: SA | USA):
+    def advance(self, dynamics: SA):
         """`(state, dt) -> state` for one step of `dynamics` (see `AbstractForm.advance`)."""
         return self.form.advance(dynamics, self.integrator)
 
     def gram(self, state) -> Gram:
         return self.form.gram(state)
 
-    def observe(self, plan: _Plan, dynamics: SA | USA, x0, dt, slots, inverse, observable):
+    def observe(self, plan: _Plan, dynamics: SA, x0, dt, slots, inverse, observable):
         """`observable(state)` at the saved times of one trajectory of `dynamics` (one `SA` /
         `USA`, β a scalar), stacked on a leading axis.
 
@@ -63,7 +63,7 @@ class _Kernel(eqx.Module):
         (_, buffer), _ = jax.lax.scan(block, (state, buffer), slots)
         return buffer[inverse]
 
-    def curve(self, plan: _Plan, dynamics: SA | USA, x0, dt, slots, inverse, delta):
+    def curve(self, plan: _Plan, dynamics: SA, x0, dt, slots, inverse, delta):
         """The statistic at the saved times of one trajectory, shape `(T,)`."""
         form = self.form
         return self.observe(

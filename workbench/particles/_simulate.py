@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._checks import positive_int
+from .._checks import positive_float, positive_int
 from .._types import Tokens
 from ._dynamics import AbstractDynamics
 from ._integrators import AbstractSphereIntegrator, ProjectedEuler
@@ -78,13 +78,6 @@ def _grid_index(t: float, dt: float, what: str) -> int:
     return int(k)
 
 
-def _concrete_scalar(value, name: str) -> float:
-    v = np.asarray(value)
-    if v.ndim != 0 or not np.issubdtype(v.dtype, np.number):
-        raise ValueError(f"simulate: {name}={value!r} must be a real scalar.")
-    return float(v)
-
-
 def _time_grid(dt, t1, num_steps, save_ts, dtype):
     """Resolve the step, the number of steps and the saved step indices (trace-time checks).
 
@@ -119,9 +112,7 @@ def _time_grid(dt, t1, num_steps, save_ts, dtype):
             )
         total = num_steps
     else:
-        dt = _concrete_scalar(dt, "dt")
-        if not (math.isfinite(dt) and dt > 0):
-            raise ValueError(f"simulate: dt={dt!r} must be finite and > 0.")
+        dt = positive_float("dt", dt, owner="simulate", arrays=True)
         if t1 is None and num_steps is None:
             raise ValueError("simulate: pass the final time t1 (or num_steps).")
         if t1 is not None:
@@ -130,9 +121,7 @@ def _time_grid(dt, t1, num_steps, save_ts, dtype):
                     "simulate: t1 is traced, so the number of steps cannot be derived from it; "
                     "pass a Python float t1, or num_steps=N with t1=None."
                 )
-            t1 = _concrete_scalar(t1, "t1")
-            if not (math.isfinite(t1) and t1 >= 0):
-                raise ValueError(f"simulate: t1={t1!r} must be finite and >= 0.")
+            t1 = positive_float("t1", t1, owner="simulate", allow_zero=True, arrays=True)
             k1 = _grid_index(t1, dt, "t1")
             if num_steps is not None and num_steps != k1:
                 raise ValueError(

@@ -16,29 +16,28 @@ batched: give such matrices the batch axis, as `filter_vmap` does.)
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import positive_int
+from .._checks import number_in_range, positive_int
 from ._dynamics import _MATRIX_NAMES, SA, USA
 from ._integrators import AbstractSphereIntegrator
 from ._simulate import _sphere_tolerance
 
 _DYNAMICS = (SA, USA)
+"""The constructors of the attention dynamics (the class `SA`; `USA` builds an `SA`)."""
 
 
 def _check_dynamics_type(owner: str, dynamics) -> None:
-    """An `SA` or `USA` instance (not the class, not another dynamics)."""
-    if isinstance(dynamics, type):
+    """An `SA` instance (`SA(...)` or `USA(...)`; not a constructor, not another dynamics)."""
+    if isinstance(dynamics, type) or dynamics in _DYNAMICS:
         raise ValueError(
-            f"{owner}: dynamics={dynamics.__name__} is a class; pass an instance, e.g. "
+            f"{owner}: dynamics={dynamics.__name__} is a constructor; pass an instance, e.g. "
             f"{dynamics.__name__}(beta=1.0), or a batch over β, eqx.filter_vmap("
             f"{dynamics.__name__})(betas)."
         )
-    if type(dynamics) not in _DYNAMICS:
+    if not isinstance(dynamics, SA):
         raise ValueError(
             f"{owner}: dynamics of type {type(dynamics).__name__} is not supported; valid "
             "choices: a wb.particles.SA or wb.particles.USA instance (one β) or a batch of them "
@@ -58,7 +57,7 @@ def _rebuilt(owner: str, cls: type, beta, matrices: dict, repulsive: bool, d: in
     return dynamics
 
 
-def _sweep_dynamics(owner: str, dynamics) -> tuple[SA | USA, np.ndarray]:
+def _sweep_dynamics(owner: str, dynamics) -> tuple[SA, np.ndarray]:
     """The sweep's dynamics: one `SA` / `USA` or a batch over β (module docstring).
 
     **Returns:** `(member, betas)`: `member` a dynamics of the same type with the shared matrices
@@ -66,7 +65,7 @@ def _sweep_dynamics(owner: str, dynamics) -> tuple[SA | USA, np.ndarray]:
     inverse temperatures (B = 1 for one instance).
     """
     _check_dynamics_type(owner, dynamics)
-    cls = type(dynamics)
+    cls = SA if dynamics.normalized else USA  # the constructor, for messages and the rebuild
     leaves = [dynamics.beta] + [getattr(dynamics, name) for name in _MATRIX_NAMES]
     if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
         raise ValueError(
@@ -99,14 +98,14 @@ def _sweep_dynamics(owner: str, dynamics) -> tuple[SA | USA, np.ndarray]:
     return _rebuilt(owner, cls, 0.0, matrices, dynamics.repulsive, None), betas
 
 
-def _check_dimension(owner: str, dynamics: SA | USA, d: int) -> None:
+def _check_dimension(owner: str, dynamics: SA, d: int) -> None:
     try:
         dynamics.check_dimension(d)
     except ValueError as e:
         raise ValueError(f"{owner}: {e}") from None
 
 
-def _single_dynamics(owner: str, dynamics, d: int) -> SA | USA:
+def _single_dynamics(owner: str, dynamics, d: int) -> SA:
     """One `SA` / `USA` (β a scalar, possibly traced) whose matrices fit `d`."""
     _check_dynamics_type(owner, dynamics)
     if jnp.ndim(dynamics.beta) != 0:
@@ -127,25 +126,11 @@ def _check_integrator(owner: str, integrator) -> None:
         )
 
 
-def _check_scalar(owner: str, name: str, value, *, positive: bool) -> float:
-    v = np.asarray(value)
-    if v.ndim != 0 or not np.issubdtype(v.dtype, np.number) or np.iscomplexobj(v):
-        raise ValueError(f"{owner}: {name}={value!r} must be a real scalar.")
-    v = float(v)
-    if not math.isfinite(v) or (positive and v <= 0):
-        raise ValueError(
-            f"{owner}: {name}={value!r} must be finite" + (" and > 0." if positive else ".")
-        )
-    return v
-
-
 def _check_delta(owner: str, delta) -> float:
-    delta = _check_scalar(owner, "delta", delta, positive=True)
-    if delta > 2:
-        raise ValueError(
-            f"{owner}: delta={delta!r} must be in (0, 2] (pairs with ⟨x_i, x_j⟩ ≥ 1 − δ)."
-        )
-    return delta
+    return number_in_range(
+        "delta", delta, 0, 2, include_high=True, owner=owner, arrays=True,
+        hint="pairs with ⟨x_i, x_j⟩ ≥ 1 − δ",
+    )  # fmt: skip
 
 
 def _check_starts(owner: str, starts, *, batched: bool):

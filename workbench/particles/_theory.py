@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._checks import positive_int
+from .._checks import int_in_range, number_in_range, positive_int
 from .._types import Tokens
 from ._dynamics import _MATRIX_NAMES, SA, USA
 
@@ -56,16 +56,10 @@ _KINDS = ("SA", "USA")
 # checks
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def _check_int(name: str, value, minimum: int, why: str) -> None:
-    """Concrete Python integers are checked; traced or array values pass (they may be vmapped)."""
-    if isinstance(value, (bool, np.bool_)) or isinstance(value, float):
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum} ({why}).")
-    if _is_int(value) and value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum} ({why}).")
+    """Concrete values are checked; traced or array values pass (they may be vmapped)."""
+    if not isinstance(value, np.ndarray | jax.Array):
+        int_in_range(name, value, minimum, hint=why)
 
 
 def _check_kind(kind) -> str:
@@ -79,11 +73,13 @@ def _check_kind(kind) -> str:
 
 
 def _check_delta(delta) -> None:
-    if isinstance(delta, (int, float, np.integer, np.floating)) and not 0 < delta < 1:
-        raise ValueError(
-            f"delta={delta!r} must lie in (0, 1): gamma_beta rises from 0 towards 1 and "
-            "Gamma_infinity is the time it reaches 1 - delta."
-        )
+    """A concrete number is checked; traced or array values pass."""
+    if not isinstance(delta, np.ndarray | jax.Array):
+        number_in_range(
+            "delta", delta, 0, 1,
+            hint="gamma_beta rises from 0 towards 1 and Gamma_infinity is the time it reaches "
+            "1 - delta",
+        )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -112,8 +108,7 @@ def wendel_probability(n: int, d: int, *, exact: bool = False) -> float | Fracti
     **Example:** `wendel_probability(3, 2) == 0.75`.
     """
     for name, value in (("n", n), ("d", d)):
-        if not _is_int(value) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer.")
+        positive_int(name, value)
     n, d = int(n), int(d)
     p = Fraction(sum(math.comb(n - 1, k) for k in range(min(d, n))), 2 ** (n - 1))
     return p if exact else float(p)
@@ -257,26 +252,26 @@ def _gamma_beta(ts, beta, n, *, kind, rtol, atol, max_steps):
 def _kind_and_betas(dynamics, kind):
     """`(kind, betas)` from an `SA` / `USA` object (one or a batch over β), or from the old form
     (an array of β and the string `kind`, default `"SA"`)."""
-    if isinstance(dynamics, type):
+    if isinstance(dynamics, type) or dynamics is USA:
         raise ValueError(
-            f"gamma_infinity: dynamics={dynamics.__name__} is a class; pass an instance, e.g. "
+            f"gamma_infinity: dynamics={dynamics.__name__} is a constructor; pass an instance, e.g. "
             f"{dynamics.__name__}(beta=1.0), or a batch over β, "
             f"eqx.filter_vmap({dynamics.__name__})(betas)."
         )
-    if type(dynamics) in (SA, USA):
+    if isinstance(dynamics, SA):
         given = [name for name in _MATRIX_NAMES if getattr(dynamics, name) is not None]
         if given or dynamics.repulsive:
             what = f"{', '.join(given)} given" if given else "repulsive=True (V = -I)"
             raise ValueError(
                 f"gamma_infinity: the dynamics has {what}; Thm 6.9 (and γ_β) is for "
-                f"Q = K = V = I: pass {type(dynamics).__name__}(beta) without matrices."
+                f"Q = K = V = I: pass {dynamics.name}(beta) without matrices."
             )
         if kind is not None:
             raise ValueError(
                 f"gamma_infinity: kind={kind!r} with a dynamics object; the kind comes from the "
-                f"object ({type(dynamics).__name__}): drop kind."
+                f"object ({dynamics.name}): drop kind."
             )
-        return type(dynamics).__name__, dynamics.beta
+        return dynamics.name, dynamics.beta
     if isinstance(dynamics, eqx.Module):
         raise ValueError(
             f"gamma_infinity: dynamics of type {type(dynamics).__name__} is not supported; valid "
@@ -287,7 +282,7 @@ def _kind_and_betas(dynamics, kind):
 
 
 def gamma_infinity(
-    dynamics: SA | USA | Float[ArrayLike, "*b"],
+    dynamics: SA | Float[ArrayLike, "*b"],
     delta: float = 1e-3,
     n: int = 32,
     kind: str | None = None,
@@ -337,8 +332,7 @@ def gamma_infinity(
     _check_int("n", n, 2, "the pairwise inner product needs two particles")
     _check_delta(delta)
     for name, value in (("panels", panels), ("nodes", nodes)):
-        if not _is_int(value) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer (quadrature rule size).")
+        positive_int(name, value, hint="quadrature rule size")
     betas = jnp.asarray(betas)
     betas = betas.astype(jnp.result_type(betas.dtype, float))
     dtype = betas.dtype

@@ -1,6 +1,6 @@
 r"""Summaries of particle statistics over time (docs/particles.md): when one cluster forms, the
 plateaus of a cluster-count series (metastability, Fig. 4) and their medians over random starts.
-The rate of an exponential trend is `workbench.analysis.exponential_fit`. NumPy in, NumPy out.
+The rate of an exponential trend is `workbench.analysis._exponential.exponential_fit`. NumPy in, NumPy out.
 """
 
 import dataclasses

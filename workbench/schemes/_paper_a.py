@@ -2,6 +2,8 @@
 
 import equinox as eqx
 
+from .._checks import int_in_range
+
 
 class PaperALiteral(eqx.Module):
     r"""The literal `M = 4 + J` substep scheme of paper A (docs/recovery.md), order 1, τ = 1.
@@ -23,10 +25,7 @@ class PaperALiteral(eqx.Module):
     num_linear: int = eqx.field(static=True, default=2)
 
     def __check_init__(self):
-        if not isinstance(self.num_linear, int) or self.num_linear < 1:
-            raise ValueError(
-                f"PaperALiteral.num_linear={self.num_linear!r} must be an integer >= 1."
-            )
+        int_in_range("PaperALiteral.num_linear", self.num_linear, 1, numpy_ints=False)
 
     def substeps(self) -> tuple[str, ...]:
         """The M = 4 + J substeps of one layer, by name."""

@@ -145,7 +145,7 @@ class RK4(AbstractExplicitRK):
     )
 
 
-UNSPLIT_RK: Table[AbstractExplicitRK] = Table(
+UNSPLIT_METHODS: Table[AbstractExplicitRK] = Table(
     "unsplit_method",
     "unsplit method",
     {
@@ -155,7 +155,7 @@ UNSPLIT_RK: Table[AbstractExplicitRK] = Table(
         "unsplit-rk4": RK4(),
     },
 )
-"""These tableaux applied to the whole (unsplit) field, by name (`workbench.registry.UNSPLIT_RK`).
+"""These tableaux applied to the whole (unsplit) field, by name (`workbench.registry.UNSPLIT_METHODS`).
 The `unsplit-` prefix keeps them apart from the diffrax solvers of the same tableaux
 (`workbench.registry.ODE_SOLVERS`, where `"rk4"` is `ClassicalRK4`), and lets one option list
 hold them next to the splitting schemes (the splitting-error study's `schemes`)."""

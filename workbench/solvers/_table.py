@@ -22,5 +22,5 @@ ODE_SOLVERS: Table[diffrax.AbstractSolver] = Table(
 )
 """Explicit diffrax solvers for the whole field of an ODE, by name. `"rk4"` is the classical
 tableau as a diffrax solver (`ClassicalRK4`); the same tableau stepping the field itself is
-`"unsplit-rk4"` of `workbench.registry.UNSPLIT_RK`, and on the sphere `"rk4"` of
+`"unsplit-rk4"` of `workbench.registry.UNSPLIT_METHODS`, and on the sphere `"rk4"` of
 `workbench.registry.SPHERE_INTEGRATORS` (a different kind, so a different table)."""

@@ -1,8 +1,6 @@
 """Terms of the Transformer equation and projections onto its constraint sets."""
 
 from ._activations import (
-    ACTIVATIONS as ACTIVATIONS,
-    activation_from_name as activation_from_name,
     gelu as gelu,
     gelu_tanh as gelu_tanh,
     relu as relu,
@@ -15,7 +13,6 @@ from ._convolution import (
     DepthwiseConvolution as DepthwiseConvolution,
 )
 from ._feedforward import FeedForward as FeedForward, LinearKernel as LinearKernel
-from ._mask import check_mask as check_mask
 from ._projections import (
     LayerNormProjection as LayerNormProjection,
     NonnegativeProjection as NonnegativeProjection,

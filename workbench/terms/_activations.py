@@ -43,14 +43,9 @@ ACTIVATIONS: Table = Table(
 the tanh GELU (`"gelu_tanh"`)."""
 
 
-def activation_from_name(name: str, *, field: str = "activation"):
-    """Map a user-facing activation name to its function, or raise naming the valid choices."""
-    return ACTIVATIONS.lookup(name, field=field)
-
-
 def activation_name(fn) -> str:
     """The Hugging Face name of a known activation function (the inverse of
-    `activation_from_name`): `"relu"`, `"gelu"`, `"gelu_new"` or `"tanh"`."""
+    `ACTIVATIONS`): `"relu"`, `"gelu"`, `"gelu_new"` or `"tanh"`."""
     names = {relu: "relu", gelu: "gelu", gelu_tanh: "gelu_new", tanh: "tanh"}
     if fn not in names:
         raise ValueError(

@@ -4,6 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._checks import positive_float
 from .._types import Tokens
 from ._base import AbstractProjection
 
@@ -44,14 +45,12 @@ class LayerNormProjection(AbstractProjection):
             raise ValueError(
                 f"LayerNormProjection.weight {self.weight.shape} and bias {self.bias.shape} differ."
             )
-        if not self.eps >= 0:
-            raise ValueError(f"LayerNormProjection.eps={self.eps!r} must be >= 0.")
+        positive_float("LayerNormProjection.eps", self.eps, allow_zero=True, finite=False, arrays=True)
 
     @classmethod
     def onto_s1(cls, d: int, sigma1=0.0, sigma2=1.0, *, dtype=None) -> "LayerNormProjection":
         """The exact projection onto `S1(σ1, σ2)` in `R^d` (scalar mean σ1, standard deviation σ2)."""
-        if not sigma2 > 0:
-            raise ValueError(f"sigma2={sigma2!r} must be positive.")
+        positive_float("sigma2", sigma2, finite=False, arrays=True)
         return cls(jnp.full((d,), sigma2, dtype), jnp.full((d,), sigma1, dtype), 0.0)
 
     def normalize(self, u: Tokens) -> Tokens:

@@ -227,7 +227,7 @@ def discretization(config: Any, plan) -> tuple[Any, int]:
 
 
 def activation(config: Any):
-    return wb.terms.activation_from_name(config.activation)
+    return wb.registry.ACTIVATIONS[config.activation]
 
 
 def digits_model(

@@ -129,7 +129,7 @@ def test_plan_takes_a_trained_run(digits_run, tmp_path):
         u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
         eq, layers = model.transformer.equation, model.transformer.num_layers
         ref = wb.integrate(eq, u0, diffrax.Dopri8(), num_steps=64 * layers).u1
-        method = wb.analysis.METHODS[plan.method][0]()
+        method = wb.registry.METHODS[plan.method]
         mine = wb.integrate(eq, u0, method, num_steps=plan.steps_per_layer * layers).u1
         error = float(jnp.max(jnp.abs(mine - ref)))
     assert plan.measured_error == pytest.approx(error, rel=1e-6)

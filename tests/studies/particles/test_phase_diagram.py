@@ -16,10 +16,10 @@ import re
 import numpy as np
 import pytest
 
-import workbench as wb
 from studies._run.cli import main as cli_main
 from studies._toolkit.config import ConfigError
 from studies.particles import phase_diagram, step_convergence
+from workbench.particles._starts import half_time
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_phase_statistic_and_half_times(phase):
         assert r.fraction.shape == (9, 16)
         assert np.all((r.fraction >= 0) & (r.fraction <= 1))
         assert np.all(r.fraction[:, 0] == 0)  # random starts: no pair within δ = 1e-3
-        np.testing.assert_array_equal(r.t_half, wb.particles.half_time(phase.ts, r.fraction))
+        np.testing.assert_array_equal(r.t_half, half_time(phase.ts, r.fraction))
         dist = r.distance_to_gamma_infinity
         inside = phase.gamma_infinity_t <= 15
         assert dist.num_betas_compared == int(inside.sum()) == 5
@@ -76,8 +76,8 @@ def test_phase_statistic_and_half_times(phase):
 
 def test_phase_front_width_matches_its_definition(phase):
     r = phase.per_d[1]
-    t_low = wb.particles.half_time(phase.ts, r.fraction[0], level=0.1)
-    t_high = wb.particles.half_time(phase.ts, r.fraction[0], level=0.9)
+    t_low = half_time(phase.ts, r.fraction[0], level=0.1)
+    t_high = half_time(phase.ts, r.fraction[0], level=0.9)
     assert r.front_width[0] == pytest.approx((t_high - t_low) / r.t_half[0], rel=1e-12)
     reached = ~np.isnan(r.t_half)
     assert np.all(np.isnan(r.front_width[~reached]))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.analysis._order import DEFAULT_ROUNDOFF
 
 
 def test_exact_power_law():
@@ -171,7 +172,7 @@ def test_roundoff_level():
         wb.analysis.roundoff_level(np.zeros(2), 1.0, [5, 7]), [5 * eps, 7 * eps]
     )
     assert wb.analysis.roundoff_level(1e-3, 1.0, 2) == pytest.approx(2e-3)
-    assert wb.analysis.DEFAULT_ROUNDOFF == pytest.approx(10 * eps)
+    assert DEFAULT_ROUNDOFF == pytest.approx(10 * eps)
     with pytest.raises(ValueError, match="num_steps"):
         wb.analysis.roundoff_level(np.float64, 1.0, [1, 0])
 
@@ -282,7 +283,7 @@ NO_FIT_CASES = [
 @pytest.mark.parametrize("steps, errors, kwargs, result, reason", NO_FIT_CASES)
 def test_no_fit_is_a_result_and_raises_by_default(steps, errors, kwargs, result, reason):
     fit = wb.analysis.fit_order(steps, errors, throw=False, **kwargs)
-    assert fit.result is wb.analysis.ORDER_FIT_RESULTS[result] and not fit.success
+    assert fit.result == getattr(wb.analysis.RESULTS, result) and not fit.success
     assert reason in fit.message
     numbers = (fit.order, fit.constant, fit.stderr, fit.ci_low, fit.ci_high)
     assert all(np.isnan(x) for x in numbers), numbers
@@ -291,11 +292,12 @@ def test_no_fit_is_a_result_and_raises_by_default(steps, errors, kwargs, result,
     np.testing.assert_array_equal(fit.steps, np.sort(steps))
     d = json.loads(json.dumps(fit.to_dict()))
     assert d["result"] == result and d["message"] == fit.message
+    assert wb.io.to_jsonable(fit)["result"] == result  # a results.json records the item's name
     # Raised by default: a public `ValueError` subclass naming the reason and the result.
     with pytest.raises(wb.analysis.OrderFitError, match=reason) as info:
         wb.analysis.fit_order(steps, errors, **kwargs)
     assert isinstance(info.value, ValueError) and f"result: {result}" in str(info.value)
-    assert info.value.result is fit.result and info.value.fit.message == fit.message
+    assert info.value.result == fit.result and info.value.fit.message == fit.message
 
 
 def test_failed_fit_keeps_the_floor_it_found():
@@ -314,7 +316,7 @@ def test_a_power_law_is_a_successful_fit_with_its_order():
     for p, c in ((1, 0.5), (2, 3.0), (4, 1e-2)):
         for throw in (True, False):
             fit = wb.analysis.fit_order(h, c * h**p, throw=throw)
-            assert fit.success and fit.result is wb.analysis.ORDER_FIT_RESULTS.successful
+            assert fit.success and fit.result == wb.analysis.RESULTS.successful
             assert fit.message == "" and fit.to_dict()["result"] == "successful"
             assert abs(fit.order - p) < 1e-12 and abs(fit.constant / c - 1) < 1e-10
             assert fit.used.all()
@@ -422,5 +424,5 @@ def test_refinement_ladder_and_error_ladder_read_the_result():
     exact = wb.analysis.error_ladder(eq, u0, scheme, [2, 4, 8], good.solutions[-1], repeats=1)
     assert exact.errors[-1] == 0.0 and exact.fit is None
     failed = wb.analysis.fit_order(exact.step_sizes, exact.errors, expected=None, throw=False)
-    assert failed.result is wb.analysis.ORDER_FIT_RESULTS.at_floor
+    assert failed.result == wb.analysis.RESULTS.at_floor
     assert exact.fit_error == failed.message and exact.to_dict()["fit_error"] == failed.message

@@ -234,26 +234,24 @@ def test_post_norm_flow_stays_on_s1(problem):
 
 
 # ----------------------------------------------------------------------------------------------
-# Method names: the unsplit tableaux are not the diffrax solvers of METHODS
+# Method names: the unsplit tableaux are not the diffrax solvers of wb.registry.METHODS
 
 
 def test_unsplit_methods_are_the_workbench_tableaux():
-    rk4 = wba.unsplit_method("unsplit-rk4")
-    assert isinstance(rk4, S.RK4) and wba.UNSPLIT_METHODS["unsplit-rk4"][1] == 4
+    rk4 = wb.registry.lookup("unsplit_method", "unsplit-rk4")
+    assert isinstance(rk4, S.RK4) and rk4.order() == 4
     # The diffrax "rk4" of METHODS has the same Butcher data but is another object (no `step`
     # the splitting analysis can run).
-    diffrax_rk4 = wba.method_from_name("rk4")
+    diffrax_rk4 = wb.registry.lookup("method", "rk4")
     assert not isinstance(diffrax_rk4, S.RK4)
     np.testing.assert_allclose(
         wba.stability_function(rk4).coefficients,
         wba.stability_function(diffrax_rk4).coefficients,
         rtol=1e-15,
     )
-    for name, (ctor, order, family) in wba.UNSPLIT_METHODS.items():
-        assert ctor().order() == order and family == "unsplit", name
     unknown = "method='rk4' is not a known unsplit method; valid choices: unsplit-euler"
     with pytest.raises(ValueError, match=unknown + ".* Did you mean 'unsplit-rk4'"):
-        wba.unsplit_method("rk4")
+        wb.registry.lookup("unsplit_method", "rk4", field="method")
 
 
 # ----------------------------------------------------------------------------------------------

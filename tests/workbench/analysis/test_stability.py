@@ -18,6 +18,7 @@ from studies._toolkit.config import ConfigError
 from studies._toolkit.report import have_matplotlib
 from studies.numerics import stability
 from workbench import analysis as wa
+from workbench.analysis._spectra import matrix_with_spectrum, spectral_projector
 
 from helpers import small_encoder
 
@@ -255,19 +256,19 @@ def test_bad_input():
 def test_matrix_with_spectrum_and_spectral_projector(rng):
     eigs = np.array([-2.0, -0.5, 0.3, -1.0 + 2.0j, -1.0 - 2.0j, 0.2 - 1.0j, 0.2 + 1.0j])
     s = np.eye(7) + 0.3 * rng.normal(size=(7, 7)) / np.sqrt(7)
-    jac = wa.matrix_with_spectrum(eigs, similarity=s)
+    jac = matrix_with_spectrum(eigs, similarity=s)
     assert jac.dtype == np.float64
     np.testing.assert_allclose(
         np.sort_complex(np.linalg.eigvals(jac)), np.sort_complex(eigs), atol=1e-12
     )
     # Without a similarity the matrix is the real block form itself (normal).
-    block = wa.matrix_with_spectrum(eigs[3:5])
+    block = matrix_with_spectrum(eigs[3:5])
     np.testing.assert_allclose(block, [[-1.0, 2.0], [-2.0, -1.0]])
     with pytest.raises(ValueError, match="no conjugate"):
-        wa.matrix_with_spectrum([-1.0 + 2.0j, -1.0])
+        matrix_with_spectrum([-1.0 + 2.0j, -1.0])
     # The projector onto the 4 decaying modes: idempotent, commutes with J, rank 4, and J on its
     # range has exactly the decaying eigenvalues.
-    p, k = wa.spectral_projector(jac, cutoff=1e-8)
+    p, k = spectral_projector(jac, cutoff=1e-8)
     assert k == 4
     np.testing.assert_allclose(p @ p, p, atol=1e-12)
     np.testing.assert_allclose(p @ jac, jac @ p, atol=1e-12)
@@ -275,8 +276,8 @@ def test_matrix_with_spectrum_and_spectral_projector(rng):
     on_range = np.linalg.eigvals(jac @ p)
     kept = np.sort_complex(on_range[np.abs(on_range) > 1e-9])
     np.testing.assert_allclose(kept, np.sort_complex(eigs[eigs.real < 0]), atol=1e-10)
-    assert wa.spectral_projector(np.eye(3)) == (None, 0)  # no mode decays
-    np.testing.assert_allclose(wa.spectral_projector(-np.eye(3))[0], np.eye(3))
+    assert spectral_projector(np.eye(3)) == (None, 0)  # no mode decays
+    np.testing.assert_allclose(spectral_projector(-np.eye(3))[0], np.eye(3))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,13 +8,16 @@ import pytest
 
 import workbench as wb
 from workbench._checks import (
+    boolean,
     finite_float,
     int_in_range,
     is_int,
     is_number,
+    number_in_range,
     positive_float,
     positive_int,
 )
+from workbench.particles._starts import uniform_sphere
 
 
 def _message(fn, *args, **kwargs) -> str:
@@ -106,6 +109,68 @@ def test_finite_float():
     assert finite_float("x", np.int8(2), numpy_scalars=True) == 2.0
     for bad in (math.nan, math.inf, -math.inf, False, None):
         assert _message(finite_float, "x", bad) == f"x={bad!r} must be a finite number."
+    assert finite_float("x", None, allow_none=True) is None
+    assert _message(finite_float, "x", math.nan, allow_none=True) == (
+        "x=nan must be None or a finite number."
+    )
+
+
+def test_arrays_accepts_concrete_zero_d_arrays():
+    import jax
+    import jax.numpy as jnp
+
+    for value in (np.asarray(0.5), jnp.asarray(0.5), np.float32(0.5)):
+        got = positive_float("dt", value, arrays=True)
+        assert got == 0.5 and type(got) is float
+    assert finite_float("beta", jnp.asarray(-2), arrays=True) == -2.0
+    # A 0-d array is shown by value; larger arrays, bools and traced values are refused.
+    assert _message(positive_float, "dt", jnp.asarray(-1.0), arrays=True) == (
+        "dt=-1.0 must be a finite number > 0."
+    )
+    assert "must be a finite number > 0" in _message(positive_float, "dt", np.ones(2), arrays=True)
+    assert _message(positive_float, "dt", np.asarray(True), arrays=True) == (
+        "dt=True must be a finite number > 0."
+    )
+    assert _message(positive_float, "dt", np.asarray(0.5)) == (
+        "dt=array(0.5) must be a finite number > 0."
+    )  # without `arrays`
+
+    def traced(x):
+        with pytest.raises(ValueError, match="must be a finite number > 0"):
+            positive_float("dt", x, arrays=True)
+        return x
+
+    jax.jit(traced)(1.0)
+
+
+def test_number_in_range():
+    assert number_in_range("p", 0.5, 0, 1) == 0.5
+    assert number_in_range("delta", 2, 0, 2, include_high=True) == 2.0
+    assert number_in_range("growth", math.inf, 1) == math.inf
+    assert number_in_range("x", np.float32(0.25), 0, 1) == 0.25
+    cases = [
+        ((1.0, 0, 1), {}, "p=1.0 must be a number in (0, 1)."),
+        ((0, 0, 2), {"include_high": True}, "p=0 must be a number in (0, 2]."),
+        ((3, 0, 2), {"include_low": True, "include_high": True}, "p=3 must be a number in [0, 2]."),
+        ((1.0, 1), {}, "p=1.0 must be a number > 1."),
+        ((-1, 0), {"include_low": True}, "p=-1 must be a number >= 0."),
+        ((2, None, 1), {}, "p=2 must be a number < 1."),
+        ((math.nan, 0, 1), {}, "p=nan must be a number in (0, 1)."),
+        ((True, 0, 2), {}, "p=True must be a number in (0, 2)."),
+        ((np.float32(0.5), 0, 1), {"numpy_scalars": False}, "p=0.5 must be a number in (0, 1)."),
+        ((5, 0, 2), {"owner": "f", "hint": "why"}, "f: p=5 must be a number in (0, 2) (why)."),
+    ]  # fmt: skip
+    for args, kwargs, message in cases:
+        assert _message(number_in_range, "p", *args, **kwargs) == message
+
+
+def test_boolean():
+    assert boolean("flag", True) is True and boolean("flag", np.bool_(False)) is False
+    for bad in (0, 1, None, "False"):
+        assert _message(boolean, "flag", bad) == f"flag={bad!r} must be True or False."
+    assert _message(boolean, "norm_first", 1, hint="True: pre-LN") == (
+        "norm_first=1 must be True or False (True: pre-LN)."
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,7 +187,7 @@ def test_call_sites():
         wb.Penalty(0)
     assert wb.Penalty(math.inf).epsilon == math.inf  # unchanged: only > 0 is asked for
     with pytest.raises(ValueError, match=r"^uniform_sphere: n=0 must be an integer >= 1\.$"):
-        wb.particles.uniform_sphere(np.random.default_rng(0), 1, 0, 3)
+        uniform_sphere(np.random.default_rng(0), 1, 0, 3)
     with pytest.raises(ValueError, match=r"^simulate: num_steps=-1 must be a nonnegative integer"):
         wb.particles._simulate._check_num_steps(-1)
     match = r"^num=1 must be an integer >= 2 \(the number of nodes of a quadrature grid\)\.$"
@@ -130,3 +195,15 @@ def test_call_sites():
         wb.analysis.MidpointRule().nodes_weights(1)
     with pytest.raises(ValueError, match=r"^KineticEnergy.weight=nan must be a finite number >= 0"):
         wb.control.KineticEnergy(math.nan)
+    # The former private re-implementations now give the same message shape.
+    with pytest.raises(ValueError, match=r"^simulate: dt=0.0 must be a finite number > 0\.$"):
+        wb.particles.simulate(wb.particles.SA(1.0), np.eye(2), t1=1.0, dt=0.0)
+    with pytest.raises(ValueError, match=r"^piece_length=-1.0 must be a finite number > 0 \("):
+        wb.PiecewiseConstant(np.zeros((2, 3)), -1.0)
+    match = r"^fit_order: confidence=1.5 must be a number in \(0, 1\)\.$"
+    with pytest.raises(ValueError, match=match):
+        wb.analysis.fit_order([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 6.25e-4], confidence=1.5)
+    with pytest.raises(ValueError, match=r"^delta=0.0 must be a number in \(0, 2\] \(pairs"):
+        wb.particles.fraction_clustered(np.eye(2), delta=0.0)
+    with pytest.raises(ValueError, match=r"^PaperALiteral.num_linear=0 must be an integer >= 1\.$"):
+        wb.schemes.PaperALiteral(num_linear=0)

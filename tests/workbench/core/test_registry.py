@@ -1,6 +1,6 @@
 """The registry: each table's names map to the right objects (checked by value), lookups fail with
-one clear error, the older public names are the same tables or views of them, and no study keeps
-a table of its own."""
+one clear error, each table has one public name (in `wb.registry`), and no study keeps a table of
+its own."""
 
 import ast
 import inspect
@@ -16,6 +16,9 @@ import pytest
 import workbench as wb
 import workbench.analysis as wba
 from workbench._table import Table
+from workbench.analysis._plan import declared_order
+from workbench.particles._integrators import AbstractProjectedRK
+from workbench.registry import _TABLES
 
 R = wb.registry
 S = wb.schemes
@@ -29,15 +32,16 @@ ODE = diffrax.ODETerm(lambda t, y, args: y)
 
 
 def test_tables_are_indexed_by_their_kind():
-    assert list(R.TABLES) == [
+    assert list(_TABLES) == [
         "splitting_scheme",
         "ode_solver",
+        "method",
         "unsplit_method",
         "sphere_integrator",
         "quadrature_rule",
         "activation",
     ]
-    for kind, table in R.TABLES.items():
+    for kind, table in _TABLES.items():
         assert isinstance(table, Table) and table.kind == kind
         for name in table:
             assert R.lookup(kind, name) is table[name]
@@ -86,9 +90,9 @@ def test_unsplit_methods():
         "unsplit-midpoint": (S.Midpoint, 2, 2),
         "unsplit-rk4": (S.RK4, 4, 4),
     }
-    assert list(R.UNSPLIT_RK) == list(expected)
+    assert list(R.UNSPLIT_METHODS) == list(expected)
     for name, (cls, order, stages) in expected.items():
-        method = R.UNSPLIT_RK[name]
+        method = R.UNSPLIT_METHODS[name]
         assert type(method) is cls and method.order() == order, name
         assert method.tableau.num_stages == stages, name
 
@@ -153,7 +157,7 @@ def test_every_concrete_option_class_is_named():
     """A new scheme, RK tableau, sphere integrator or rule exported by its package gets a name."""
     bases = [
         (S, S.AbstractSplittingScheme, R.SPLITTING_SCHEMES),
-        (S, S.AbstractExplicitRK, R.UNSPLIT_RK),
+        (S, S.AbstractExplicitRK, R.UNSPLIT_METHODS),
         (P, P.AbstractSphereIntegrator, R.SPHERE_INTEGRATORS),
         (wba, wba.AbstractQuadratureRule, R.QUADRATURE_RULES),
     ]
@@ -176,9 +180,9 @@ def test_every_concrete_option_class_is_named():
 
 
 def test_mixed_option_lists_have_disjoint_names():
-    assert not set(R.ODE_SOLVERS) & set(R.SPLITTING_SCHEMES)  # wb.analysis.METHODS
-    assert not set(R.UNSPLIT_RK) & set(R.SPLITTING_SCHEMES)  # the splitting-error study
-    assert not set(R.UNSPLIT_RK) & set(R.ODE_SOLVERS)
+    assert not set(R.ODE_SOLVERS) & set(R.SPLITTING_SCHEMES)  # R.METHODS
+    assert not set(R.UNSPLIT_METHODS) & set(R.SPLITTING_SCHEMES)  # the splitting-error study
+    assert not set(R.UNSPLIT_METHODS) & set(R.ODE_SOLVERS)
     # The same name in two kinds names two different objects, told apart by the kind.
     assert type(R.lookup("ode_solver", "rk4")) is wb.solvers.ClassicalRK4
     assert type(R.lookup("sphere_integrator", "rk4")) is P.ProjectedRK4
@@ -200,7 +204,7 @@ def test_command_line_names_of_the_studies_still_work():
         for name in names:
             R.lookup(kind, name)
     for name in ("lie", "strang", "rk4", "tsit5", "dopri8"):
-        assert name in wba.METHODS
+        assert name in R.METHODS
 
 
 def test_memory_stage_counts_match_the_integrators():
@@ -208,48 +212,65 @@ def test_memory_stage_counts_match_the_integrators():
 
     assert set(INTEGRATOR_STAGES) == set(R.SPHERE_INTEGRATORS)
     for name, integrator in R.SPHERE_INTEGRATORS.items():
-        if isinstance(integrator, P.AbstractProjectedRK):
+        if isinstance(integrator, AbstractProjectedRK):
             assert INTEGRATOR_STAGES[name] == integrator.method.tableau.num_stages, name
 
 
 # ----------------------------------------------------------------------------------------------
-# The older public names are the registry's tables, or views of them
+# One public name per table; METHODS is the ODE solvers and splitting schemes together
 
 
-def test_public_names_are_the_registry_tables():
-    assert P.INTEGRATORS is R.SPHERE_INTEGRATORS
-    assert wba.QUADRATURE_RULES is R.QUADRATURE_RULES
-    assert wb.terms.ACTIVATIONS is R.ACTIVATIONS
-    assert wba.quadrature_rule("gauss") is R.QUADRATURE_RULES["gauss"]
-    assert wb.terms.activation_from_name("relu") is wb.terms.relu
-    assert wba.unsplit_method("unsplit-heun") is R.UNSPLIT_RK["unsplit-heun"]
+def _public_namespaces():
+    yield "workbench", wb
+    for name, module in vars(wb).items():
+        if not name.startswith("_") and inspect.ismodule(module):
+            yield f"workbench.{name}", module
 
 
-def test_methods_and_unsplit_methods_are_views():
-    expected = {
-        "euler": (diffrax.Euler, 1, "diffrax"),
-        "heun": (diffrax.Heun, 2, "diffrax"),
-        "midpoint": (diffrax.Midpoint, 2, "diffrax"),
-        "ralston": (diffrax.Ralston, 2, "diffrax"),
-        "bosh3": (diffrax.Bosh3, 3, "diffrax"),
-        "rk4": (wb.solvers.ClassicalRK4, 4, "diffrax"),
-        "tsit5": (diffrax.Tsit5, 5, "diffrax"),
-        "dopri5": (diffrax.Dopri5, 5, "diffrax"),
-        "dopri8": (diffrax.Dopri8, 8, "diffrax"),
-        "lie": (S.LieTrotter, 1, "splitting"),
-        "strang": (S.Strang, 2, "splitting"),
-        "yoshida4": (S.Yoshida4, 4, "splitting"),
-        "suzuki4": (S.Suzuki4, 4, "splitting"),
+def test_each_table_has_one_public_name():
+    names = {
+        kind: [f"{ns}.{attr}" for ns, module in _public_namespaces()
+               for attr, value in vars(module).items() if value is table and not attr.startswith("_")]
+        for kind, table in _TABLES.items()
+    }  # fmt: skip
+    assert names == {
+        "splitting_scheme": ["workbench.registry.SPLITTING_SCHEMES"],
+        "ode_solver": ["workbench.registry.ODE_SOLVERS"],
+        "method": ["workbench.registry.METHODS"],
+        "unsplit_method": ["workbench.registry.UNSPLIT_METHODS"],
+        "sphere_integrator": ["workbench.registry.SPHERE_INTEGRATORS"],
+        "quadrature_rule": ["workbench.registry.QUADRATURE_RULES"],
+        "activation": ["workbench.registry.ACTIVATIONS"],
     }
-    assert dict(wba.METHODS) == expected
-    assert list(wba.METHODS) == [*R.ODE_SOLVERS, *R.SPLITTING_SCHEMES]
-    for name, (cls, _, _) in expected.items():
-        assert type(wba.method_from_name(name)) is cls
-    assert dict(wba.UNSPLIT_METHODS) == {
-        "unsplit-euler": (S.Euler, 1, "unsplit"),
-        "unsplit-heun": (S.Heun, 2, "unsplit"),
-        "unsplit-midpoint": (S.Midpoint, 2, "unsplit"),
-        "unsplit-rk4": (S.RK4, 4, "unsplit"),
+    assert R.__all__ == sorted([*(names[k][0].rsplit(".", 1)[1] for k in names), "lookup"])
+
+
+def test_methods_and_unsplit_methods():
+    expected = {
+        "euler": (diffrax.Euler, 1),
+        "heun": (diffrax.Heun, 2),
+        "midpoint": (diffrax.Midpoint, 2),
+        "ralston": (diffrax.Ralston, 2),
+        "bosh3": (diffrax.Bosh3, 3),
+        "rk4": (wb.solvers.ClassicalRK4, 4),
+        "tsit5": (diffrax.Tsit5, 5),
+        "dopri5": (diffrax.Dopri5, 5),
+        "dopri8": (diffrax.Dopri8, 8),
+        "lie": (S.LieTrotter, 1),
+        "strang": (S.Strang, 2),
+        "yoshida4": (S.Yoshida4, 4),
+        "suzuki4": (S.Suzuki4, 4),
+    }
+    assert {n: (type(m), declared_order(m)) for n, m in R.METHODS.items()} == expected
+    assert list(R.METHODS) == [*R.ODE_SOLVERS, *R.SPLITTING_SCHEMES]
+    for name, method in R.METHODS.items():
+        table = R.ODE_SOLVERS if name in R.ODE_SOLVERS else R.SPLITTING_SCHEMES
+        assert method is table[name]
+    assert {n: (type(m), m.order()) for n, m in R.UNSPLIT_METHODS.items()} == {
+        "unsplit-euler": (S.Euler, 1),
+        "unsplit-heun": (S.Heun, 2),
+        "unsplit-midpoint": (S.Midpoint, 2),
+        "unsplit-rk4": (S.RK4, 4),
     }
 
 
@@ -269,7 +290,7 @@ def test_unknown_kind():
         R.lookup("integrator", "rk4")
     assert str(info.value) == (
         "kind='integrator' is not a known kind of option; valid choices: splitting_scheme, "
-        "ode_solver, unsplit_method, sphere_integrator, quadrature_rule, activation. "
+        "ode_solver, method, unsplit_method, sphere_integrator, quadrature_rule, activation. "
         "Did you mean 'sphere_integrator'?"
     )
 
@@ -357,7 +378,7 @@ def _string_literals(node) -> set[str] | None:
 
 STUDIES = sorted((ROOT / "studies").rglob("*.py"))
 TABLE_NAMES = {"SCHEMES", "ACTIVATIONS", "INTEGRATORS", "QUADRATURE_RULES", "UNSPLIT_METHODS",
-               "SPLITTING_SCHEMES", "ODE_SOLVERS"}  # fmt: skip
+               "SPLITTING_SCHEMES", "ODE_SOLVERS", "SPHERE_INTEGRATORS"}  # fmt: skip
 
 
 def _study_id(path) -> str:
@@ -377,7 +398,7 @@ def test_no_study_defines_its_own_table(path):
             # A dict literal of name -> option object duplicates a table (by value below).
             continue
         names = _string_literals(value)
-        for table in R.TABLES.values():
+        for table in _TABLES.values():
             assert names != set(table), (
                 f"{path.name}: {name} spells out every name of wb.registry's {table.kind} table; "
                 "derive it from the table"
@@ -394,7 +415,7 @@ def test_no_study_maps_names_to_registry_objects(path):
     for attr, value in vars(module).items():
         if not isinstance(value, dict):
             continue
-        for table in R.TABLES.values():
+        for table in _TABLES.values():
             same = [
                 k for k, v in value.items() if k in table and (v is table[k] or v is type(table[k]))
             ]

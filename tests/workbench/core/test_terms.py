@@ -170,7 +170,7 @@ def test_feedforward_and_linear_kernel_substeps(rng):
             jnp.asarray(b1),
             jnp.asarray(w2),
             jnp.asarray(b2),
-            activation=T.activation_from_name(name),
+            activation=wb.registry.lookup("activation", name),
         )
         h = u @ w1 + b1
         if name == "gelu":
@@ -196,6 +196,6 @@ def test_bad_construction_errors(rng):
     with pytest.raises(ValueError, match=r"num_heads=3 does not divide .* 8"):
         _attention(rng, d=8, heads=3)
     with pytest.raises(ValueError, match="valid choices: gelu, gelu_new"):
-        T.activation_from_name("swish")
+        wb.registry.lookup("activation", "swish")
     with pytest.raises(ValueError, match="FeedForward.output has shape"):
         T.FeedForward(jnp.zeros((4, 6)), None, jnp.zeros((4, 6)), None)

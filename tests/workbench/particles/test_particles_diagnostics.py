@@ -489,7 +489,7 @@ def test_gamma_infinity_refuses_what_the_theorem_does_not_cover():
         (SA(1.0, Q=q), "has Q given; Thm 6.9 .* Q = K = V = I"),
         (eqx.filter_vmap(lambda b: USA(b, K=q, V=q))(jnp.ones(2)), "has K, V given"),
         (SA(1.0, repulsive=True), "repulsive=True"),
-        (SA, "dynamics=SA is a class; pass an instance"),
+        (SA, "dynamics=SA is a constructor; pass an instance"),
         (Hardmax(), "type Hardmax is not supported; valid choices"),
         (ffn, "type FFNAugmented is not supported"),
     ]

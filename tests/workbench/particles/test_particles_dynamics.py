@@ -244,6 +244,28 @@ def test_mean_field_velocity_matches_the_particle_system(rng):
         P.mean_field_velocity(x, uniform * 2, x, beta)
 
 
+def test_usa_is_sa_without_normalization(rng):
+    """One class: `USA(beta, ...)` is `SA(beta, ..., normalized=False)`, named "USA" in messages
+    and in the theory curves' kind, and batches over β like `SA`."""
+    n, d, beta = 5, 3, 0.7
+    x = jnp.asarray(_sphere(rng, n, d))
+    q = jnp.asarray(rng.normal(size=(d, d)))
+    usa = P.USA(beta, Q=q, repulsive=True)
+    assert isinstance(usa, P.SA) and not usa.normalized and usa.repulsive and usa.name == "USA"
+    assert P.SA(beta).normalized and P.SA(beta).name == "SA"
+    same = P.SA(beta, Q=q, repulsive=True, normalized=False)
+    assert max_abs(usa.velocity(x), same.velocity(x)) == 0.0
+    # USA's field is SA's with Z_i = n (exactly the unnormalized weights).
+    w = jnp.exp(beta * (x @ q.T) @ x.T)
+    assert max_abs(P.USA(beta, Q=q).field(x), w @ x / n) <= 1e-15
+    batch = eqx.filter_vmap(P.USA)(jnp.asarray([0.5, 1.0]))
+    assert batch.name == "USA" and batch.beta.shape == (2,)
+    with pytest.raises(ValueError, match=r"^SA.normalized=1 must be True or False"):
+        P.SA(beta, normalized=1)
+    with pytest.raises(ValueError, match=r"USA.V has shape \(4, 4\).*points have d = 3"):
+        P.USA(beta, V=jnp.eye(4)).check_dimension(3)
+
+
 @pytest.mark.slow
 def test_attention_velocities_match_a_loop_reference(rng):
     n, d, beta = 5, 3, 0.7
@@ -459,11 +481,11 @@ def test_bad_input_is_rejected_before_compute(rng):
         P.simulate(dyn, np.ones((3, 1)), t1=1.0, dt=0.1)
     with pytest.raises(ValueError, match="shape \\(n, d\\)"):
         P.simulate(dyn, x0[None], t1=1.0, dt=0.1)
-    with pytest.raises(ValueError, match=r"dt=-0.1 must be finite and > 0"):
+    with pytest.raises(ValueError, match=r"dt=-0.1 must be a finite number > 0"):
         P.simulate(dyn, x0, t1=1.0, dt=-0.1)
-    with pytest.raises(ValueError, match=r"dt=0.0 must be finite and > 0"):
+    with pytest.raises(ValueError, match=r"dt=0.0 must be a finite number > 0"):
         P.simulate(dyn, x0, t1=1.0, dt=0.0)
-    with pytest.raises(ValueError, match=r"t1=-1.0 must be finite and >= 0"):
+    with pytest.raises(ValueError, match=r"t1=-1.0 must be a finite number >= 0"):
         P.simulate(dyn, x0, t1=-1.0, dt=0.1)
     with pytest.raises(ValueError, match="t1 = 1.05 is not a multiple of dt = 0.1"):
         P.simulate(dyn, x0, t1=1.05, dt=0.1)

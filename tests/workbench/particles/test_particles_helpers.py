@@ -1,4 +1,4 @@
-"""Library helpers the particle studies share: `wb.analysis.exponential_fit` (an exponential trend)
+"""Library helpers the particle studies share: `exponential_fit` (an exponential trend)
 against exact exponentials and the closed-form least-squares slope; `summarize_counts` and
 `summarize_starts` (metastability summaries of cluster-count series) on hand-made series."""
 
@@ -7,19 +7,9 @@ import math
 import numpy as np
 import pytest
 
-import workbench as wb
-from workbench.analysis import ExponentialFit, exponential_fit
-from workbench.particles import (
-    Plateau,
-    summarize_counts,
-    summarize_starts,
-    time_to_one_cluster,
-)
-
-
-def test_exported_from_analysis():
-    assert wb.analysis.exponential_fit is exponential_fit
-    assert wb.analysis.ExponentialFit is ExponentialFit
+from workbench.analysis._exponential import exponential_fit
+from workbench.particles import Plateau, time_to_one_cluster
+from workbench.particles._time_series import summarize_counts, summarize_starts
 
 
 def test_exact_exponential_decay_and_growth():

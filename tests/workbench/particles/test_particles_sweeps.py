@@ -400,7 +400,7 @@ def test_bad_dynamics_objects_raise_clear_errors(rng):
     )
     ffn = P.FFNAugmented(P.SA(1.0), w=np.zeros((4, 3)), a=np.zeros((3, 4)), b=np.zeros(3))
     cases = [
-        (P.SA, "dynamics=SA is a class; pass an instance, e.g. SA\\(beta=1.0\\)"),
+        (P.SA, "dynamics=SA is a constructor; pass an instance, e.g. SA\\(beta=1.0\\)"),
         (P.Hardmax(), "type Hardmax is not supported; valid choices: a wb.particles.SA or"),
         (ffn, "type FFNAugmented is not supported"),
         ("SA", "type str is not supported"),
@@ -409,7 +409,7 @@ def test_bad_dynamics_objects_raise_clear_errors(rng):
     for dynamics, match in cases:
         with pytest.raises(ValueError, match=match):
             phase_diagram(dynamics, x, **kw)
-    with pytest.raises(ValueError, match="dynamics=USA is a class"):
+    with pytest.raises(ValueError, match="dynamics=USA is a constructor"):
         clustering_curve(P.USA, x[0], dt=0.1, save_ts=[1.0])
     with pytest.raises(ValueError, match="Hardmax is not supported"):
         P.gram_trajectory(P.Hardmax(), x[0], dt=0.1, save_ts=[1.0])
@@ -457,7 +457,7 @@ def test_bad_inputs_raise_clear_errors(rng):
         (dict(starts=x[0]), "starts\\[None\\]"),
         (dict(starts=_sphere(rng, 2, 1, 4)), "n >= 2"),
         (dict(starts=np.ones((2, 4, 1))), "d >= 2"),
-        (dict(dt=0.0), "dt=0.0 must be finite and > 0"),
+        (dict(dt=0.0), "dt=0.0 must be a finite number > 0"),
         (dict(dt=-0.1), "> 0"),
         (dict(save_ts=[0.15]), "not a multiple of dt"),
         (dict(save_ts=[]), "non-empty"),
