@@ -60,7 +60,7 @@ from ._tasks import (
 )
 from ._train_step import TrainState as TrainState, TrainStep as TrainStep
 from ._trainer import (
-    Outcome as Outcome,
+    RESULTS as RESULTS,
     TrainingDiverged as TrainingDiverged,
     TrainResult as TrainResult,
     evaluate as evaluate,

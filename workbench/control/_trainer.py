@@ -11,7 +11,6 @@ Started with other arguments on the same folder it refuses (`CheckpointMismatch`
 """
 
 import dataclasses
-import enum
 import signal
 import time
 
@@ -31,7 +30,7 @@ from ._signals import StopRequest
 from ._train_step import TrainState, TrainStep
 
 __all__ = [
-    "Outcome",
+    "RESULTS",
     "TrainingDiverged",
     "TrainResult",
     "evaluate",
@@ -43,13 +42,17 @@ class TrainingDiverged(FloatingPointError):
     """The objective or its gradient became NaN/inf; the message names the step."""
 
 
-class Outcome(enum.Enum):
-    """How a training run ended (`TrainResult.result`): every step done (`successful`), or
-    stopped at a step that is not finite (`diverged`; `train(throw=False)` returns it instead of
-    raising `TrainingDiverged`)."""
+class RESULTS(eqx.Enumeration):
+    """How a training run ended (`TrainResult.result`), as `workbench.RESULTS` reports a solve:
+    an `equinox.Enumeration` item compared with `==` (`result == RESULTS.successful`),
+    `RESULTS[result]` its message. `diverged`: stopped at a step that is not finite
+    (`train(throw=False)` returns it instead of raising `TrainingDiverged`)."""
 
-    successful = "successful"
-    diverged = "diverged"
+    successful = ""
+    diverged = (
+        "A training step was not finite; TrainResult.message names the step and the arrays, and "
+        "TrainResult.model is the last good one. Lower the learning rate or set max_skipped."
+    )
 
 
 def _learning_rate(opt_state) -> float | None:
@@ -81,7 +84,7 @@ class TrainResult:
       steps over their cumulative seconds (each process's first step, the compilation, left
       out; NaN when no step was timed, e.g. `steps=1`); `compile_time_s`: the first step's time
       in the process that started the run (kept, not re-measured, when the run resumes).
-    - `result`: the `Outcome`; with `diverged` (`train(throw=False)`), `model` is the last good
+    - `result`: a `RESULTS` item; with `diverged` (`train(throw=False)`), `model` is the last good
       one (before the step that is not finite) and `message` says where it diverged.
     """
 
@@ -92,7 +95,8 @@ class TrainResult:
     steps_per_second: float
     compile_time_s: float
     num_devices: int
-    result: Outcome = Outcome.successful
+    # A factory: an enumeration item is an `equinox.Module`, which `dataclasses` counts as mutable.
+    result: RESULTS = dataclasses.field(default_factory=lambda: RESULTS.successful)
     message: str = ""
 
 
@@ -190,7 +194,7 @@ def train(
             callback.on_end(run)
     return TrainResult(run.model, params_sha256(on_host(params)), run.history, run.start,
                        run.steps_per_second(), _nan_if_none(run.compile_time), mesh.size,
-                       Outcome.diverged if failure else Outcome.successful, failure)  # fmt: skip
+                       RESULTS.diverged if failure else RESULTS.successful, failure)  # fmt: skip
 
 
 def _check_arguments(train_step, model, data, *, steps, batch_size, log_every):

@@ -302,7 +302,7 @@ def test_divergence_as_a_value_keeps_the_last_good_model(getkey, rng):
     model, data = tiny_model(getkey()), _poisoned(rng, [5])
     failed = wbc.train(_step(), model, data, steps=STEPS, batch_size=2, log_every=1,
                        progress=False, throw=False)  # fmt: skip
-    assert failed.result is wbc.Outcome.diverged
+    assert failed.result == wbc.RESULTS.diverged
     assert failed.message.startswith("training diverged at step 5:")
     assert [r["step"] for r in failed.history] == [1, 2, 3, 4, 5]
     state = _step().init(model, key=jax.random.key(0))
@@ -314,7 +314,7 @@ def test_divergence_as_a_value_keeps_the_last_good_model(getkey, rng):
                                 eqx.filter(failed.model, eqx.is_inexact_array), rtol=1e-12,
                                 atol=1e-14)  # fmt: skip
     ok = wbc.train(_step(), model, tiny_data(rng, n=24), steps=2, batch_size=2, progress=False)
-    assert ok.result is wbc.Outcome.successful and ok.message == ""
+    assert ok.result == wbc.RESULTS.successful and ok.message == ""
 
 
 def test_multi_resolution_solves_each_batch_at_the_drawn_step_count(getkey, rng):
