@@ -137,10 +137,15 @@ def _checks(cfg: Config, xs, ys) -> dict:
     a, b = ours["exact"][0], ours["adjoint"][0]
     rel_obj = abs(a - b) / abs(a)
     return {
-        "objective_exact_vs_adjoint": {"exact": a, "adjoint": b, "relative": rel_obj, "tol": 1e-5,
-                                       "pass": rel_obj <= 1e-5},
+        "objective_exact_vs_adjoint": {
+            "exact": a,
+            "adjoint": b,
+            "relative": rel_obj,
+            "tol": 1e-5,
+            "pass": rel_obj <= 1e-5,
+        },
         "exact_gradient_vs_jax_grad": {"relative": rel_grad, "tol": 1e-4, "pass": rel_grad <= 1e-4},
-    }  # fmt: skip
+    }
 
 
 def main(argv=None) -> int:
@@ -165,9 +170,12 @@ def main(argv=None) -> int:
                     model = _model(cfg, depth, SCHEMES[scheme])
                     row = _case(model, METHODS[method], xs, ys, cfg.repeats)
                     cases.append({"scheme": scheme, "method": method, "depth": depth, **row})
-                    print(f"{scheme:8s} {method:8s} {depth:3d} layers: trace+lower "
-                          f"{row['trace_lower_s']:.2f} s, compile {row['compile_s']:.2f} s, warm "
-                          f"step {1e3 * row['warm_step_median_s']:.1f} ms", flush=True)  # fmt: skip
+                    print(
+                        f"{scheme:8s} {method:8s} {depth:3d} layers: trace+lower "
+                        f"{row['trace_lower_s']:.2f} s, compile {row['compile_s']:.2f} s, warm "
+                        f"step {1e3 * row['warm_step_median_s']:.1f} ms",
+                        flush=True,
+                    )
     growth = {}
     lo, hi = min(cfg.depths), max(cfg.depths)
     for scheme in cfg.schemes:
@@ -185,8 +193,17 @@ def main(argv=None) -> int:
         f"compile_ratio_{hi}_over_{lo}_layers": growth,
         "other_load_fraction": load.fraction,
     }
-    rows = [[c["scheme"], c["method"], c["depth"], f"{c['trace_lower_s']:.2f}", f"{c['compile_s']:.2f}",
-             f"{1e3 * c['warm_step_median_s']:.1f}"] for c in cases]  # fmt: skip
+    rows = [
+        [
+            c["scheme"],
+            c["method"],
+            c["depth"],
+            f"{c['trace_lower_s']:.2f}",
+            f"{c['compile_s']:.2f}",
+            f"{1e3 * c['warm_step_median_s']:.1f}",
+        ]
+        for c in cases
+    ]
     print(table(rows, ["scheme", "gradient", "layers", "trace+lower s", "compile s", "warm ms"]))
     print(f"compile time {hi} / {lo} layers:", {k: round(v, 2) for k, v in growth.items()})
     name = "gradient_compile_smoke.json" if cfg.is_smoke else "gradient_compile.json"

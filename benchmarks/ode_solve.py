@@ -122,9 +122,14 @@ def main() -> None:
 
     # torchdiffeq
     t_layer = torch.nn.TransformerEncoderLayer(
-        d, heads, dim_feedforward=hidden, dropout=0.0, activation="relu", batch_first=True,
+        d,
+        heads,
+        dim_feedforward=hidden,
+        dropout=0.0,
+        activation="relu",
+        batch_first=True,
         norm_first=True,
-    )  # fmt: skip
+    )
     t_layer.load_state_dict({k.split(".", 2)[2]: torch.from_numpy(v) for k, v in sd.items()})
     t_layer.eval()
 
@@ -188,7 +193,7 @@ def main() -> None:
             dtype="float32",
             rounds=rounds,
             smoke=args.smoke,
-        ),  # fmt: skip
+        ),
         "max_abs_difference_to_workbench": errors,
         "first_call_s": first,
         "warm": s,
@@ -201,8 +206,12 @@ def main() -> None:
     rows = [
         [k, v["median_s"] * 1e3, v["median_s"] / base, first[k], errors[k]] for k, v in s.items()
     ]
-    print(table(rows, ["implementation", "median ms", "ratio to workbench", "first call s",
-                       "max |diff|"]))  # fmt: skip
+    print(
+        table(
+            rows,
+            ["implementation", "median ms", "ratio to workbench", "first call s", "max |diff|"],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def main() -> None:
             dt=dt,
             rounds=rounds,
             smoke=args.smoke,
-        ),  # fmt: skip
+        ),
         "matmul_peak_gflops_float64": peak,
         "cases": results,
         "general_cases": general,
@@ -157,10 +157,16 @@ def main() -> None:
     name = "particle_forms_smoke.json" if args.smoke else "particle_forms.json"
     write_json(args.out or f"{RESULTS}/{name}", record)
     rows = [
-        [k, x["time"]["min_s"], x["gflops"], x["gflops_over_reduced"], x["fraction_of_peak"],
-         x["first_call_s"]]
+        [
+            k,
+            x["time"]["min_s"],
+            x["gflops"],
+            x["gflops_over_reduced"],
+            x["fraction_of_peak"],
+            x["first_call_s"],
+        ]
         for k, x in results.items()
-    ]  # fmt: skip
+    ]
     print(table(rows, ["case", "min s", "GFLOP/s", "/ reduced", "of peak", "first call s"]))
     print(
         f"float64 matmul peak {peak:.1f} GFLOP/s; worst general case (matrices, heads, FFN) / "

@@ -111,8 +111,15 @@ def main() -> None:
     base = summary[1]["best_median_s"]
     for k, s in summary.items():
         s["ratio_to_one_device"] = s["best_median_s"] / base
-        rows.append([k, s["best_median_s"], s["ratio_to_one_device"], s["first_call_s"][0],
-                     s["max_abs_difference_to_one_device"]])  # fmt: skip
+        rows.append(
+            [
+                k,
+                s["best_median_s"],
+                s["ratio_to_one_device"],
+                s["first_call_s"][0],
+                s["max_abs_difference_to_one_device"],
+            ]
+        )
     identical = all(s["max_abs_difference_to_one_device"] == 0.0 for s in summary.values())
     worst = max(s["ratio_to_one_device"] for s in summary.values())
     cells = cfg["num_betas"] * cfg["num_starts"]

@@ -58,29 +58,45 @@ def _row(benchmark, comparison, ratio, *, first_s=None, note=""):
 def _zero_cost(r) -> list[Row]:
     first = r["first_call_s"]["workbench"]
     return [
-        _row("zero_cost", "6-layer encoder forward vs plain equinox",
-             r["ratios"]["workbench_over_plain_equinox"], first_s=first),
-        _row("zero_cost", "6-layer encoder forward vs torch",
-             r["ratios"]["workbench_over_torch"], first_s=first),
-    ]  # fmt: skip
+        _row(
+            "zero_cost",
+            "6-layer encoder forward vs plain equinox",
+            r["ratios"]["workbench_over_plain_equinox"],
+            first_s=first,
+        ),
+        _row(
+            "zero_cost",
+            "6-layer encoder forward vs torch",
+            r["ratios"]["workbench_over_torch"],
+            first_s=first,
+        ),
+    ]
 
 
 def _compile_depth(r) -> list[Row]:
     a = r["acceptance"]
     slope = r["slope_ratios"]["workbench_over_plain_unrolled"]["ratio"]
     return [
-        _row("compile_depth", "build + compile time, depth 48 / depth 6 (workbench)", None,
-             note=f"{a['ratio']:.2f} (target {a['target']})"),
+        _row(
+            "compile_depth",
+            "build + compile time, depth 48 / depth 6 (workbench)",
+            None,
+            note=f"{a['ratio']:.2f} (target {a['target']})",
+        ),
         _row("compile_depth", "compile time per layer vs an unrolled equinox loop", slope),
-    ]  # fmt: skip
+    ]
 
 
 def _minilm(r) -> list[Row]:
     return [
-        _row("minilm_forward", "MiniLM forward, 32 × 64 tokens, vs torch",
-             r["ratio_workbench_over_torch"], first_s=r["first_call_s"]["workbench"],
-             note=f"max abs diff {r['max_abs_difference']:.1e}"),
-    ]  # fmt: skip
+        _row(
+            "minilm_forward",
+            "MiniLM forward, 32 × 64 tokens, vs torch",
+            r["ratio_workbench_over_torch"],
+            first_s=r["first_call_s"]["workbench"],
+            note=f"max abs diff {r['max_abs_difference']:.1e}",
+        ),
+    ]
 
 
 def _train_step(r) -> list[Row]:
@@ -96,8 +112,14 @@ def _train_step(r) -> list[Row]:
                 first_s=first,
             )
         )
-        rows.append(_row("train_step", f"training step (depth {depth}) vs torch",
-                         1 / ratios["workbench_over_torch"], first_s=first))  # fmt: skip
+        rows.append(
+            _row(
+                "train_step",
+                f"training step (depth {depth}) vs torch",
+                1 / ratios["workbench_over_torch"],
+                first_s=first,
+            )
+        )
     return rows
 
 
@@ -105,8 +127,14 @@ def _simulate(r) -> list[Row]:
     rows = []
     for c in r["cases"]:
         what = "final state" if c["save_every"] is None else f"every {c['save_every']}th state"
-        rows.append(_row("simulate_overhead", f"vmapped simulate ({what}) vs hand lax.scan",
-                         c["ratio_min"], note="ratio of the minima"))  # fmt: skip
+        rows.append(
+            _row(
+                "simulate_overhead",
+                f"vmapped simulate ({what}) vs hand lax.scan",
+                c["ratio_min"],
+                note="ratio of the minima",
+            )
+        )
     return rows
 
 
@@ -117,8 +145,14 @@ def _phase_kernel(r, peaks) -> list[Row]:
         for peer in ("numpy_loop", "numpy_batched", "torch"):
             key = f"{peer}_over_jax/{form}"
             if key in r["ratios"]:
-                rows.append(_row("phase_kernel", f"{form} form vs {peer.replace('_', ' ')}",
-                                 1 / r["ratios"][key], first_s=first.get(f"jax/{form}")))  # fmt: skip
+                rows.append(
+                    _row(
+                        "phase_kernel",
+                        f"{form} form vs {peer.replace('_', ' ')}",
+                        1 / r["ratios"][key],
+                        first_s=first.get(f"jax/{form}"),
+                    )
+                )
         gflops = r["gflops"].get(f"jax/{form}")
         if gflops is not None:
             frac = gflops / peaks["float64"] if peaks.get("float64") else None
@@ -131,42 +165,63 @@ def _phase_kernel(r, peaks) -> list[Row]:
 
 def _particle_forms(r) -> list[Row]:
     return [
-        _row("particle_forms", f"{name}: GFLOP/s / the reduced form's", None,
-             first_s=x["first_call_s"],
-             note=f"{x['gflops_over_reduced']:.2f} ({x['gflops']:.3g} GFLOP/s, "
-                  f"{x['fraction_of_peak']:.0%} of the f64 matmul peak)")
-        for name, x in r["cases"].items() if name != "reduced (identity)"
-    ]  # fmt: skip
+        _row(
+            "particle_forms",
+            f"{name}: GFLOP/s / the reduced form's",
+            None,
+            first_s=x["first_call_s"],
+            note=f"{x['gflops_over_reduced']:.2f} ({x['gflops']:.3g} GFLOP/s, "
+            f"{x['fraction_of_peak']:.0%} of the f64 matmul peak)",
+        )
+        for name, x in r["cases"].items()
+        if name != "reduced (identity)"
+    ]
 
 
 def _phase_sweep(r) -> list[Row]:
     return [
-        _row("phase_sweep", f"Fig. 3 sweep, d = {x['d']} ({x['form']})", None,
-             first_s=x["first_s"],
-             note=f"{x['trajectory_steps_per_s']:.3g} trajectory-steps/s, {x['gflops']:.3g} GFLOP/s "
-                  f"({x['fraction_of_matmul_peak']['float64']:.2%} of the f64 matmul peak)")
+        _row(
+            "phase_sweep",
+            f"Fig. 3 sweep, d = {x['d']} ({x['form']})",
+            None,
+            first_s=x["first_s"],
+            note=f"{x['trajectory_steps_per_s']:.3g} trajectory-steps/s, {x['gflops']:.3g} GFLOP/s "
+            f"({x['fraction_of_matmul_peak']['float64']:.2%} of the f64 matmul peak)",
+        )
         for x in r["per_d"]
-    ]  # fmt: skip
+    ]
 
 
 def _phase_sharded(r) -> list[Row]:
     return [
-        _row("phase_sharded", f"phase diagram on {k} CPU device(s) vs 1", v["ratio_to_one_device"],
-             first_s=v["first_call_s"][0],
-             note=f"max abs diff {v['max_abs_difference_to_one_device']:g}")
-        for k, v in r["per_device_count"].items() if k != "1"
-    ]  # fmt: skip
+        _row(
+            "phase_sharded",
+            f"phase diagram on {k} CPU device(s) vs 1",
+            v["ratio_to_one_device"],
+            first_s=v["first_call_s"][0],
+            note=f"max abs diff {v['max_abs_difference_to_one_device']:g}",
+        )
+        for k, v in r["per_device_count"].items()
+        if k != "1"
+    ]
 
 
 def _ode_solve(r) -> list[Row]:
-    names = {"diffrax": "diffrax (hand-written field)", "plain_jax": "plain JAX midpoint loop",
-             "torchdiffeq": "torchdiffeq"}  # fmt: skip
+    names = {
+        "diffrax": "diffrax (hand-written field)",
+        "plain_jax": "plain JAX midpoint loop",
+        "torchdiffeq": "torchdiffeq",
+    }
     return [
-        _row("ode_solve", f"neural-ODE solve (midpoint, 32 steps) of a layer's field vs {label}",
-             1 / r["ratios"][f"{k}_over_workbench"], first_s=r["first_call_s"]["workbench"],
-             note=f"max abs diff {r['max_abs_difference_to_workbench'][k]:.1e}")
+        _row(
+            "ode_solve",
+            f"neural-ODE solve (midpoint, 32 steps) of a layer's field vs {label}",
+            1 / r["ratios"][f"{k}_over_workbench"],
+            first_s=r["first_call_s"]["workbench"],
+            note=f"max abs diff {r['max_abs_difference_to_workbench'][k]:.1e}",
+        )
         for k, label in names.items()
-    ]  # fmt: skip
+    ]
 
 
 # (name, script, JSON file stem, extractor). The JSON of `--smoke` runs ends in `_smoke`.
@@ -191,9 +246,14 @@ def _run(script: str, smoke: bool) -> dict:
     t0 = time.perf_counter()
     with open(os.devnull, "rb") as stdin:
         proc = subprocess.Popen(
-            cmd, cwd=HERE, env=env, stdin=stdin, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            cmd,
+            cwd=HERE,
+            env=env,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         output = proc.stdout.read()
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -222,8 +282,12 @@ def markdown(report: dict) -> str:
         "workbench is faster. First call = trace + compile + one run. Peak memory: the script's "
         "process."
     )
-    lines = [head, "", "| benchmark | comparison | time ratio | first call (s) | peak memory (MiB) | note |",
-             "|---|---|---:|---:|---:|---|"]  # fmt: skip
+    lines = [
+        head,
+        "",
+        "| benchmark | comparison | time ratio | first call (s) | peak memory (MiB) | note |",
+        "|---|---|---:|---:|---:|---|",
+    ]
     runs = report["runs"]
     for r in report["rows"]:
         ratio = "" if r["time_ratio"] is None else f"{r['time_ratio']:.2f}"
@@ -256,7 +320,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="every script with --smoke")
     parser.add_argument("--only", nargs="+", choices=[b[0] for b in BENCHMARKS], default=None)
-    parser.add_argument("--readme", action="store_true", help="write the table into benchmarks/README.md")
+    parser.add_argument(
+        "--readme", action="store_true", help="write the table into benchmarks/README.md"
+    )
     args = parser.parse_args()
     if args.only and args.readme:
         parser.error("--readme takes the full report; drop --only")

@@ -135,7 +135,7 @@ def main() -> None:
             "save_every": save_every,
             "dtype": "float64",
             "rounds": rounds,
-        },  # fmt: skip
+        },
         "cases": cases,
         "environment": environment(),
     }
@@ -150,11 +150,18 @@ def main() -> None:
             f"{c['ratio_median']:.3f}",
             f"{c['compile_s']['workbench']:.2f} / {c['compile_s']['hand']:.2f}",
             "yes" if c["meets_goal"] else "no",
-        ]  # fmt: skip
+        ]
         for c in cases
     ]
-    header = ["case", "workbench min s", "hand min s", "ratio (min)", "ratio (median)",
-              "compile s (wb / hand)", f"≤ {GOAL}"]  # fmt: skip
+    header = [
+        "case",
+        "workbench min s",
+        "hand min s",
+        "ratio (min)",
+        "ratio (median)",
+        "compile s (wb / hand)",
+        f"≤ {GOAL}",
+    ]
     print(table(rows, header))
     met = all(c["meets_goal"] for c in cases)
     print(

@@ -95,8 +95,12 @@ def _tour(names, folder: str) -> dict:
     wall, cpu = _command(["-c", code, "tour", "--out", str(out)], os.path.join(folder, "cache"))
     record = json.loads((out / "tour.json").read_text(encoding="utf-8"))
     studies = {name: s["wall_time_s"] for name, s in record["studies"].items()}
-    return {"tour_s": record["wall_time_s"], "process_wall_s": wall, "cpu_s": cpu,
-            "study_wall_s": studies}  # fmt: skip
+    return {
+        "tour_s": record["wall_time_s"],
+        "process_wall_s": wall,
+        "cpu_s": cpu,
+        "study_wall_s": studies,
+    }
 
 
 def _one_by_one(names, folder: str) -> dict:
@@ -161,9 +165,11 @@ def _per_study(names, folder: str) -> list[dict]:
         row.update({k: seconds[k] - before.get(k, 0.0) for k in _EVENTS.values()})
         row["other_cpu_s"] = cpu - row["compile_s"] - row["trace_s"] - row["lower_s"]
         rows.append(row)
-        print(f"{name:22s} CPU {cpu:5.1f} s: compile {row['compile_s']:5.1f} s "
-              f"({row['programs']} programs), trace + lower {row['trace_s'] + row['lower_s']:4.1f} s",
-              flush=True)  # fmt: skip
+        print(
+            f"{name:22s} CPU {cpu:5.1f} s: compile {row['compile_s']:5.1f} s "
+            f"({row['programs']} programs), trace + lower {row['trace_s'] + row['lower_s']:4.1f} s",
+            flush=True,
+        )
     return rows
 
 
@@ -199,13 +205,18 @@ def main(argv=None) -> int:
         pool = _tour(names, os.path.join(tmp, "pool"))
         print(f"workbench tour: {pool['tour_s']:.1f} s, {pool['cpu_s']:.1f} s of CPU", flush=True)
         one = _one_by_one(names, os.path.join(tmp, "one"))
-        print(f"workbench run, one study after another: {one['wall_s']:.1f} s, "
-              f"{one['cpu_s']:.1f} s of CPU", flush=True)  # fmt: skip
+        print(
+            f"workbench run, one study after another: {one['wall_s']:.1f} s, "
+            f"{one['cpu_s']:.1f} s of CPU",
+            flush=True,
+        )
         rows = _per_study(names, os.path.join(tmp, "each"))
         cached = sum(len(files) for _, _, files in os.walk(os.path.join(tmp, "each", "cache")))
     floor = pool["cpu_s"] / cores
-    total = {k: sum(r[k] for r in rows) for k in ("cpu_s", "compile_s", "trace_s", "lower_s",
-                                                  "other_cpu_s", "programs")}  # fmt: skip
+    total = {
+        k: sum(r[k] for r in rows)
+        for k in ("cpu_s", "compile_s", "trace_s", "lower_s", "other_cpu_s", "programs")
+    }
     largest = max(rows, key=lambda r: r["cpu_s"])
     summary = {
         "cores": cores,
@@ -239,9 +250,22 @@ def main(argv=None) -> int:
         "summary": summary,
         "other_load_fraction": load.fraction,
     }
-    print(table([[r["study"], f"{r['cpu_s']:.1f}", f"{r['compile_s']:.1f}", r["programs"],
-                  f"{r['trace_s'] + r['lower_s']:.1f}", f"{r['other_cpu_s']:.1f}"] for r in rows],
-                ["study", "CPU s", "compile s", "programs", "trace+lower s", "other s"]))  # fmt: skip
+    print(
+        table(
+            [
+                [
+                    r["study"],
+                    f"{r['cpu_s']:.1f}",
+                    f"{r['compile_s']:.1f}",
+                    r["programs"],
+                    f"{r['trace_s'] + r['lower_s']:.1f}",
+                    f"{r['other_cpu_s']:.1f}",
+                ]
+                for r in rows
+            ],
+            ["study", "CPU s", "compile s", "programs", "trace+lower s", "other s"],
+        )
+    )
     print(
         f"tour {pool['tour_s']:.1f} s ({pool['cpu_s']:.1f} s of CPU on {cores} cores: floor "
         f"{floor:.1f} s, packing {summary['packing']:.2f}); `workbench run` one study after another "

@@ -150,12 +150,23 @@ def _params(cfg: Config, rng) -> dict:
     d, hdn, c = cfg.d, cfg.hidden, cfg.classes
     r = lambda *s: (0.2 * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
     return {
-        "w_qkv": r(d, 3 * d), "b_qkv": r(3 * d), "w_out": r(d, d), "b_out": r(d),
-        "w_1": r(d, hdn), "b_1": r(hdn), "w_2": r(hdn, d), "b_2": r(d),
-        "ln_w": 1 + r(d), "ln_b": r(d),
-        "conv_w": r(d, 1, 3, 3), "conv_b": r(d), "cls": r(d), "pos": r(cfg.tokens, d),
-        "head_w": r(d, c), "head_b": r(c),
-    }  # fmt: skip
+        "w_qkv": r(d, 3 * d),
+        "b_qkv": r(3 * d),
+        "w_out": r(d, d),
+        "b_out": r(d),
+        "w_1": r(d, hdn),
+        "b_1": r(hdn),
+        "w_2": r(hdn, d),
+        "b_2": r(d),
+        "ln_w": 1 + r(d),
+        "ln_b": r(d),
+        "conv_w": r(d, 1, 3, 3),
+        "conv_b": r(d),
+        "cls": r(d),
+        "pos": r(cfg.tokens, d),
+        "head_w": r(d, c),
+        "head_b": r(c),
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,18 +223,32 @@ def _cases(cfg: Config, torch, rng):
     head = ["ln_w", "ln_b", "head_w", "head_b"]
     h = cfg.heads
     cases = {
-        "embedding": (1, jax_case(jax.vmap(_embed, (0, None)), jimg, emb),
-                      torch_case(t_emb, timg, emb)),
-        "layer_norm": (2 * cfg.layers,
-                       jax_case(jax.vmap(lambda x, p: _ln(x, p["ln_w"], p["ln_b"]), (0, None)), ju, ln),
-                       torch_case(t_ln, tu, ln)),
-        "attention": (cfg.layers, jax_case(jax.vmap(lambda x, p: _attention(x, p, h), (0, None)), ju, att),
-                      torch_case(t_att, tu, att)),
-        "feed_forward": (cfg.layers, jax_case(jax.vmap(_ffn, (0, None)), ju, ffn),
-                         torch_case(t_ffn, tu, ffn)),
-        "head": (1, jax_case(lambda x, p: jax.vmap(_head_loss, (0, 0, None))(x, jy, p), ju, head, True),
-                 torch_case(lambda x, p: t_head(x, ty, p), tu, head, True)),
-    }  # fmt: skip
+        "embedding": (
+            1,
+            jax_case(jax.vmap(_embed, (0, None)), jimg, emb),
+            torch_case(t_emb, timg, emb),
+        ),
+        "layer_norm": (
+            2 * cfg.layers,
+            jax_case(jax.vmap(lambda x, p: _ln(x, p["ln_w"], p["ln_b"]), (0, None)), ju, ln),
+            torch_case(t_ln, tu, ln),
+        ),
+        "attention": (
+            cfg.layers,
+            jax_case(jax.vmap(lambda x, p: _attention(x, p, h), (0, None)), ju, att),
+            torch_case(t_att, tu, att),
+        ),
+        "feed_forward": (
+            cfg.layers,
+            jax_case(jax.vmap(_ffn, (0, None)), ju, ffn),
+            torch_case(t_ffn, tu, ffn),
+        ),
+        "head": (
+            1,
+            jax_case(lambda x, p: jax.vmap(_head_loss, (0, 0, None))(x, jy, p), ju, head, True),
+            torch_case(lambda x, p: t_head(x, ty, p), tu, head, True),
+        ),
+    }
     return cases
 
 
@@ -233,11 +258,18 @@ def _stack_cases(cfg: Config, torch, rng):
     variant, torch fn, jax outputs for the checks, torch output)."""
     L, h = cfg.layers, cfg.heads
     per_layer = [_params(cfg, rng) for _ in range(L)]
-    ln2 = [{"ln_w": 1 + 0.2 * rng.standard_normal(cfg.d).astype(np.float32),
-            "ln_b": 0.2 * rng.standard_normal(cfg.d).astype(np.float32)} for _ in range(L)]  # fmt: skip
+    ln2 = [
+        {
+            "ln_w": 1 + 0.2 * rng.standard_normal(cfg.d).astype(np.float32),
+            "ln_b": 0.2 * rng.standard_normal(cfg.d).astype(np.float32),
+        }
+        for _ in range(L)
+    ]
     names = ["w_qkv", "b_qkv", "w_out", "b_out", "w_1", "b_1", "w_2", "b_2", "ln_w", "ln_b"]
-    layers = [{**{k: p[k] for k in names}, "ln2_w": q["ln_w"], "ln2_b": q["ln_b"]}
-              for p, q in zip(per_layer, ln2)]  # fmt: skip
+    layers = [
+        {**{k: p[k] for k in names}, "ln2_w": q["ln_w"], "ln2_b": q["ln_b"]}
+        for p, q in zip(per_layer, ln2)
+    ]
     outer = {k: per_layer[0][k] for k in ["conv_w", "conv_b", "cls", "pos", "head_w", "head_b"]}
     outer["lnf_w"], outer["lnf_b"] = per_layer[1]["ln_w"], per_layer[1]["ln_b"]
     b, n, d = cfg.batch, cfg.tokens, cfg.d
@@ -275,8 +307,12 @@ def _stack_cases(cfg: Config, torch, rng):
 
         def one(image, y):
             x = scanned(_embed(image, o), stacked)
-            hp = {"ln_w": o["lnf_w"], "ln_b": o["lnf_b"], "head_w": o["head_w"],
-                  "head_b": o["head_b"]}  # fmt: skip
+            hp = {
+                "ln_w": o["lnf_w"],
+                "ln_b": o["lnf_b"],
+                "head_w": o["head_w"],
+                "head_b": o["head_b"],
+            }
             return _head_loss(x, y, hp)
 
         return jnp.mean(jax.vmap(one)(images, jy)), None
@@ -309,8 +345,12 @@ def _stack_cases(cfg: Config, torch, rng):
 
     def t_model():
         x = t_stack(t_emb(timg, to))
-        hp = {"ln_w": to["lnf_w"], "ln_b": to["lnf_b"], "head_w": to["head_w"],
-              "head_b": to["head_b"]}  # fmt: skip
+        hp = {
+            "ln_w": to["lnf_w"],
+            "ln_b": to["lnf_b"],
+            "head_w": to["head_w"],
+            "head_b": to["head_b"],
+        }
         return t_head(x, ty, hp).mean()
 
     def zero():
@@ -335,8 +375,20 @@ def _leaf_shapes(cfg: Config) -> list[tuple[int, ...]]:
     """The model's parameter arrays as the workbench holds them: the blocks' weights stacked
     over the layers (12 arrays), the embedding's 4, the final LayerNorm's 2, the head's 2."""
     d, hdn, L = cfg.d, cfg.hidden, cfg.layers
-    block = [(d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d,), (d,), (d, hdn), (hdn,),
-             (hdn, d), (d,)]  # fmt: skip
+    block = [
+        (d, 3 * d),
+        (3 * d,),
+        (d, d),
+        (d,),
+        (d,),
+        (d,),
+        (d,),
+        (d,),
+        (d, hdn),
+        (hdn,),
+        (hdn, d),
+        (d,),
+    ]
     rest = [(d, 1, 3, 3), (d,), (d,), (cfg.tokens, d), (d,), (d,), (d, cfg.classes), (cfg.classes,)]
     return [(L, *s) for s in block] + rest
 
@@ -392,22 +444,27 @@ def _composition(med: dict, cfg: Config) -> dict:
     L = cfg.layers
 
     def ops(side):
-        return L * (2 * med[f"layer_norm/{side}"] + med[f"attention/{side}"]
-                    + med[f"feed_forward/{side}"])  # fmt: skip
+        return L * (
+            2 * med[f"layer_norm/{side}"] + med[f"attention/{side}"] + med[f"feed_forward/{side}"]
+        )
 
     rows = {
         "blocks_as_ops": (ops("jax"), ops("torch")),
         "composition": (med["layers_scan/jax"] - ops("jax"), med["layers/torch"] - ops("torch")),
         "scan_vs_unrolled": (med["layers_scan/jax"] - med["layers_unrolled/jax"], 0.0),
         "assembly": tuple(
-            med[f"model/{side}"] - med[f"embedding/{side}"] - med[f"head/{side}"]
+            med[f"model/{side}"]
+            - med[f"embedding/{side}"]
+            - med[f"head/{side}"]
             - med["layers_scan/jax" if side == "jax" else "layers/torch"]
             for side in ("jax", "torch")
-        ),  # fmt: skip
+        ),
         "model": (med["model/jax"], med["model/torch"]),
     }
-    return {k: {"jax_ms": 1e3 * j, "torch_ms": 1e3 * t, "step_gap_ms": 1e3 * (j - t)}
-            for k, (j, t) in rows.items()}  # fmt: skip
+    return {
+        k: {"jax_ms": 1e3 * j, "torch_ms": 1e3 * t, "step_gap_ms": 1e3 * (j - t)}
+        for k, (j, t) in rows.items()
+    }
 
 
 def _time(fns: dict, cfg: Config) -> dict:
@@ -478,8 +535,13 @@ def main(argv=None) -> int:
     for name, count in counts.items():
         tj, tt = med[f"{name}/jax"], med[f"{name}/torch"]
         gap = count * (tj - tt)
-        per_op[name] = {"count_per_step": count, "jax_ms": 1e3 * tj, "torch_ms": 1e3 * tt,
-                        "jax_over_torch": tj / tt, "step_gap_ms": 1e3 * gap}  # fmt: skip
+        per_op[name] = {
+            "count_per_step": count,
+            "jax_ms": 1e3 * tj,
+            "torch_ms": 1e3 * tt,
+            "jax_over_torch": tj / tt,
+            "step_gap_ms": 1e3 * gap,
+        }
         rows.append(
             [
                 name,
@@ -495,9 +557,15 @@ def main(argv=None) -> int:
     print(table(rows, ["op", "per step", "jax ms", "torch ms", "jax/torch", "step gap ms"]))
     print(f"sum over a step: jax {total_jax:.1f} ms, torch {total_torch:.1f} ms")
     composition = _composition(med, cfg)
-    print(table([[k, f"{v['jax_ms']:.2f}", f"{v['torch_ms']:.2f}", f"{v['step_gap_ms']:+.2f}"]
-                 for k, v in composition.items()],
-                ["composition", "jax ms", "torch ms", "step gap ms"]))  # fmt: skip
+    print(
+        table(
+            [
+                [k, f"{v['jax_ms']:.2f}", f"{v['torch_ms']:.2f}", f"{v['step_gap_ms']:+.2f}"]
+                for k, v in composition.items()
+            ],
+            ["composition", "jax ms", "torch ms", "step gap ms"],
+        )
+    )
     result = {
         "benchmark": "train_step_ops",
         "config": dataclasses.asdict(cfg),

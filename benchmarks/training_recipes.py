@@ -94,12 +94,27 @@ class Config:
 
     @classmethod
     def smoke(cls) -> "Config":
-        return cls(depth=2, batch=8, d=32, num_heads=2, hidden=64, warmup=1, rounds=2,
-                   steps_per_round=3, is_smoke=True)  # fmt: skip
+        return cls(
+            depth=2,
+            batch=8,
+            d=32,
+            num_heads=2,
+            hidden=64,
+            warmup=1,
+            rounds=2,
+            steps_per_round=3,
+            is_smoke=True,
+        )
 
     def step_config(self) -> StepConfig:
-        return StepConfig(depths=(self.depth,), batch=self.batch, d=self.d,
-                          num_heads=self.num_heads, hidden=self.hidden, seed=self.seed)  # fmt: skip
+        return StepConfig(
+            depths=(self.depth,),
+            batch=self.batch,
+            d=self.d,
+            num_heads=self.num_heads,
+            hidden=self.hidden,
+            seed=self.seed,
+        )
 
 
 # ----------------------------------------------------------------------------- plain equinox
@@ -256,8 +271,12 @@ def main(cfg: Config, out_path: str) -> dict:
     lines["plain_lie_1"] = (jax.jit(fn1), p_params, p_opt.init(p_params), "zero")
     lines["plain_multi_resolution"] = (jax.jit(fnm), p_params, p_opt.init(p_params), "draws")
     fnb, _ = plain_step(p_static, p_opt, RESOLUTIONS, KINETIC, grad_in_branch=True)
-    lines["plain_multi_resolution_grad_in_branch"] = (jax.jit(fnb), p_params,
-                                                      p_opt.init(p_params), "draws")  # fmt: skip
+    lines["plain_multi_resolution_grad_in_branch"] = (
+        jax.jit(fnb),
+        p_params,
+        p_opt.init(p_params),
+        "draws",
+    )
 
     # ---- by value: the plain objective at every k against the workbench's
     checks = {}
@@ -267,8 +286,13 @@ def main(cfg: Config, out_path: str) -> dict:
         model_k = mr_model.rediscretize(None, k)
         ours = float(jax.jit(lambda m: mr_step.objective(m, xs, ys)[0])(model_k))
         rel = abs(theirs - ours) / abs(ours)
-        checks[f"objective_k{k}"] = {"plain": theirs, "workbench": ours, "relative": rel,
-                                     "tol": TOLERANCE, "pass": bool(rel < TOLERANCE)}  # fmt: skip
+        checks[f"objective_k{k}"] = {
+            "plain": theirs,
+            "workbench": ours,
+            "relative": rel,
+            "tol": TOLERANCE,
+            "pass": bool(rel < TOLERANCE),
+        }
 
     # ---- compile (first call) and timing
     def args(name, state, i):

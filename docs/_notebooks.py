@@ -195,13 +195,19 @@ def _main(argv=None) -> int:
         failed = False
         bad = pages_without_figures(Path(args.check), names)
         if bad:
-            print(f"notebook pages without a figure in {args.check}: {bad} (run the notebooks: "
-                  "python docs/_notebooks.py, or the tests)", file=sys.stderr)  # fmt: skip
+            print(
+                f"notebook pages without a figure in {args.check}: {bad} (run the notebooks: "
+                "python docs/_notebooks.py, or the tests)",
+                file=sys.stderr,
+            )
             failed = True
         for name, problems in pages_with_problems(Path(args.check), names).items():
             page = Path(args.check) / "notebooks" / name / "index.html"
-            print(f"{page}: shows a warning or a traceback (fix it in notebooks/{name}.py or "
-                  "what it calls):", file=sys.stderr)  # fmt: skip
+            print(
+                f"{page}: shows a warning or a traceback (fix it in notebooks/{name}.py or "
+                "what it calls):",
+                file=sys.stderr,
+            )
             for text in problems:
                 print(f"    {text}", file=sys.stderr)
             failed = True

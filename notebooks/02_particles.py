@@ -75,8 +75,10 @@ for beta, color in ((1.0, "C0"), (4.0, "C3")):
     axes[0].plot(ts, angles, color=color, lw=0.6)
     axes[1].plot(ts, energy / energy[0], color=color, label=f"β = {beta:g}")
     axes[2].step(ts, clusters, where="post", color=color, label=f"β = {beta:g}")
-    print(f"β = {beta:g}: clusters at t = 30: {clusters[-1]}, "
-          f"fraction of close pairs {float(P.fraction_clustered(xs[-1])):.2f}")  # fmt: skip
+    print(
+        f"β = {beta:g}: clusters at t = 30: {clusters[-1]}, "
+        f"fraction of close pairs {float(P.fraction_clustered(xs[-1])):.2f}"
+    )
     assert np.all(np.diff(energy) >= -1e-12 * energy[0]), "E_β must not decrease along SA"
     if beta == 1.0:
         assert clusters[-1] == 1

@@ -73,8 +73,10 @@ for row in orders.rows:
     assert row.within_tolerance, row
 for a in orders.activation:
     order = "none" if a.order is None else f"{a.order:.2f}"
-    print(f"{a.activation:5s} {a.method:6s} declared {a.declared}  observed {order}  "
-          f"order reduction: {a.reduced}")  # fmt: skip
+    print(
+        f"{a.activation:5s} {a.method:6s} declared {a.declared}  observed {order}  "
+        f"order reduction: {a.reduced}"
+    )
     if a.activation == "gelu":
         assert not a.reduced
     elif a.declared > 2:  # ReLU caps high-order methods near order 2
@@ -136,8 +138,10 @@ for row in split.rows:
     # Post-norm splittings fall to order 1; the unsplit projection method keeps its order.
     split_post = row.placement == "post" and row.scheme != "unsplit-rk4"
     expected = 1 if split_post else classical[row.scheme]
-    print(f"{row.placement:4s} {row.scheme:11s} ({row.subflows} sub-flows) "
-          f"global order {row.global_fit.order:.2f}, expected {expected}")  # fmt: skip
+    print(
+        f"{row.placement:4s} {row.scheme:11s} ({row.subflows} sub-flows) "
+        f"global order {row.global_fit.order:.2f}, expected {expected}"
+    )
     assert abs(row.global_fit.order - expected) <= 0.3, row.scheme
 ratio = split.commutator.ratio[np.argmin(split.commutator.taus)]
 print(f"Lie local error / ((τ²/2)‖[A,F](u)‖) at the smallest τ: {ratio:.4f}")

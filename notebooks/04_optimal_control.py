@@ -83,8 +83,10 @@ adj = aa.compute(
 )
 print(aa.verdict(adj))
 for ladder in adj.ladders:
-    print(f"{ladder.method}: relative gaps {[f'{g:.1e}' for g in ladder.relative_gaps]} "
-          f"at {ladder.steps_per_layer} steps per layer; observed order {ladder.observed_order:.2f}")  # fmt: skip
+    print(
+        f"{ladder.method}: relative gaps {[f'{g:.1e}' for g in ladder.relative_gaps]} "
+        f"at {ladder.steps_per_layer} steps per layer; observed order {ladder.observed_order:.2f}"
+    )
     assert abs(ladder.observed_order - ladder.declared_order) <= 0.3
 with warnings.catch_warnings():  # the cost figures are empty here (their part was skipped)
     warnings.simplefilter("ignore", UserWarning)
@@ -141,10 +143,15 @@ model = dataclasses.replace(
 )  # 8×8 digits in 4×4 patches: 4 tokens and a class token
 planned = pl.compute(
     dataclasses.replace(
-        pl.smoke_config(), d=model.d, num_layers=model.num_layers, num_heads=model.num_heads,
-        dim_feedforward=model.hidden, methods=("lie", "strang"), tolerance=3e-2,
+        pl.smoke_config(),
+        d=model.d,
+        num_layers=model.num_layers,
+        num_heads=model.num_heads,
+        dim_feedforward=model.hidden,
+        methods=("lie", "strang"),
+        tolerance=3e-2,
     )
-)  # fmt: skip
+)
 print(pl.verdict(planned))
 display(pl.figures(planned)["plan"])
 
@@ -152,8 +159,10 @@ tmp = tempfile.TemporaryDirectory()  # removed at the end of the notebook
 run = pathlib.Path(tmp.name)
 (run / "plan.json").write_text(json.dumps(pl.artifacts(planned)["plan.json"]))
 plan = wba.DiscretizationPlan.load(run / "plan.json")
-print(f"plan: {plan.method}, {plan.steps_per_layer} steps per layer "
-      f"(measured error {plan.measured_error:.1e} ≤ tolerance {plan.tolerance:g})")  # fmt: skip
+print(
+    f"plan: {plan.method}, {plan.steps_per_layer} steps per layer "
+    f"(measured error {plan.measured_error:.1e} ≤ tolerance {plan.tolerance:g})"
+)
 
 # %%
 trained = td.compute(dataclasses.replace(model, plan=str(run / "plan.json")), run_dir=None)
@@ -201,6 +210,8 @@ depth = cd.compute(
 print(cd.verdict(depth))
 display(cd.figures(depth)["refinement"])
 one, multi = depth.config.recipes.index("one-step"), depth.config.recipes.index("multi-resolution")
-print(f"spread under refinement: one-step {100 * depth.spread[one]:.1f} points, "
-      f"multi-resolution {100 * depth.spread[multi]:.1f} points")  # fmt: skip
+print(
+    f"spread under refinement: one-step {100 * depth.spread[one]:.1f} points, "
+    f"multi-resolution {100 * depth.spread[multi]:.1f} points"
+)
 assert depth.spread[multi] < depth.spread[one]

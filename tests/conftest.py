@@ -86,12 +86,23 @@ STUDY_FIXTURES = frozenset(
 # long file while the others wait (xdist's own order, most tests first, put the notebooks last).
 # Only the order changes; a file missing here runs after these, in the usual order.
 LONGEST_FILES = (
-    "test_control_gradients.py", "test_control.py", "test_notebooks.py",
-    "test_trained_weights.py", "test_sharding.py", "test_train_step.py",
-    "test_scheme_architectures.py", "test_reference.py", "test_trained_model_analysis.py",
-    "test_models.py", "test_diffrax.py", "test_training_studies.py", "test_training_inputs.py",
-    "test_particles_sweeps.py", "test_pretrained.py", "test_inference.py",
-)  # fmt: skip
+    "test_control_gradients.py",
+    "test_control.py",
+    "test_notebooks.py",
+    "test_trained_weights.py",
+    "test_sharding.py",
+    "test_train_step.py",
+    "test_scheme_architectures.py",
+    "test_reference.py",
+    "test_trained_model_analysis.py",
+    "test_models.py",
+    "test_diffrax.py",
+    "test_training_studies.py",
+    "test_training_inputs.py",
+    "test_particles_sweeps.py",
+    "test_pretrained.py",
+    "test_inference.py",
+)
 
 
 def pytest_configure(config):

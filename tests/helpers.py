@@ -86,8 +86,7 @@ def require_reference():
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
-def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 900,
-              jax_cache=None):  # fmt: skip
+def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 900, jax_cache=None):
     """`python -m studies run <study> --smoke --out <out> <args>` from the repository root,
     progress bars off: the finished process (`wait`) or the running one. `jax_cache`: a folder
     for the command's compilation cache (`WORKBENCH_JAX_CACHE`, in place of the test run's;
@@ -102,8 +101,9 @@ def study_cli(study: str, out, *args: str, wait: bool = True, timeout: float = 9
         env = {k: v for k, v in env.items() if not k.startswith("JAX_COMPILATION_CACHE")}
         env["WORKBENCH_JAX_CACHE"] = str(jax_cache)
     if wait:
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env,
-                              timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout
+        )
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env)
 
 
@@ -152,8 +152,17 @@ def kill_and_resume(run, folder, *, after_step: int = 20, timeout: float = 600):
 # --------------------------------------------------------------------------------------------
 
 
-def tiny_model(key, *, d=8, layers=2, scheme=wb.schemes.LieTrotter(), steps_per_layer=1,
-               dtype=jnp.float64, image=(4, 4), classes=3):  # fmt: skip
+def tiny_model(
+    key,
+    *,
+    d=8,
+    layers=2,
+    scheme=wb.schemes.LieTrotter(),
+    steps_per_layer=1,
+    dtype=jnp.float64,
+    image=(4, 4),
+    classes=3,
+):
     """A ViT-style controlled model on `image`-sized inputs (2×2 patches, 2 heads)."""
     k1, k2 = jax.random.split(key)
     return wbc.ControlledModel(
@@ -168,7 +177,7 @@ def tiny_model(key, *, d=8, layers=2, scheme=wb.schemes.LieTrotter(), steps_per_
             steps_per_layer=steps_per_layer,
             dtype=dtype,
             output_scale=0.5,
-        ),  # fmt: skip
+        ),
         wbc.ClassifierHead(d, classes, dtype=dtype),
     )
 
@@ -216,7 +225,7 @@ def run_processes(code: str, args, *, num_processes: int = 2, env=None, timeout:
             text=True,
             env=env,
             cwd=REPO,
-        )  # fmt: skip
+        )
         for pid in range(num_processes)
     ]
     outs = []
@@ -231,8 +240,18 @@ def run_processes(code: str, args, *, num_processes: int = 2, env=None, timeout:
     return outs
 
 
-def train(model, data, *, steps, optimizer=None, objective=None, method=None, augment=None,
-          max_skipped=0, **kwargs):  # fmt: skip
+def train(
+    model,
+    data,
+    *,
+    steps,
+    optimizer=None,
+    objective=None,
+    method=None,
+    augment=None,
+    max_skipped=0,
+    **kwargs,
+):
     """`wbc.train` with the step's parts as keywords (the tests' shorthand): a `TrainStep` of
     `optimizer` (default `wbc.default_optimizer(steps=steps)`), `objective`, `method`,
     `augment`, `max_skipped`; `kwargs` go to `wbc.train`."""
@@ -246,31 +265,50 @@ def train(model, data, *, steps, optimizer=None, objective=None, method=None, au
     return wbc.train(step, model, data, steps=steps, **kwargs)
 
 
-def certificate_dict(spread: float, *, order: float = 1.0, expected: int = 1, k: int = 1,
-                     threshold: float = 0.005) -> dict:  # fmt: skip
+def certificate_dict(
+    spread: float, *, order: float = 1.0, expected: int = 1, k: int = 1, threshold: float = 0.005
+) -> dict:
     """A certificate's dict as `wbc.certify` writes it, for verdict tests: an accuracy that moves
     by `spread` under refinement, an observed `order`; `consistent` and `reasons` decided by
     `Certificate`'s own rule (spread and order reduction)."""
     import dataclasses
 
     accuracy = RefinementAccuracy(
-        scheme="LieTrotter", steps_per_layer=k, accuracy=0.99,
-        refined_steps_per_layer=[2 * k, 16 * k], refined_accuracies=[0.99, 0.99 - spread],
-        second_scheme="Strang", second_steps_per_layer=16 * k, second_accuracy=0.99,
+        scheme="LieTrotter",
+        steps_per_layer=k,
+        accuracy=0.99,
+        refined_steps_per_layer=[2 * k, 16 * k],
+        refined_accuracies=[0.99, 0.99 - spread],
+        second_scheme="Strang",
+        second_steps_per_layer=16 * k,
+        second_accuracy=0.99,
         spread=spread,
-    )  # fmt: skip
+    )
     reasons = []
     if order < expected - 0.3:
         reasons.append(f"observed order {order:.2f} against the expected {expected}")
     if spread > threshold:
         reasons.append(f"held-out accuracy moves by {100 * spread:.2f} points under refinement")
     cert = Certificate(
-        scheme="LieTrotter", steps_per_layer=k, error=0.1, reference_error_estimate=1e-9,
-        ladder_steps_per_layer=[k, 2 * k], ladder_errors=[0.1, 0.05], observed_order=order,
-        order_ci=(order - 0.1, order + 0.1), expected_order=expected, largest_stable_step=2.0,
-        step=1.0 / k, stable=True, num_decaying_eigenvalues=3, max_real_eigenvalue=0.1,
-        accuracy=dataclasses.asdict(accuracy), max_accuracy_spread=threshold,
-        order_reduced=order < expected - 0.3, order_raised=order > expected + 0.3,
-        consistent=not reasons, reasons=reasons,
-    )  # fmt: skip
+        scheme="LieTrotter",
+        steps_per_layer=k,
+        error=0.1,
+        reference_error_estimate=1e-9,
+        ladder_steps_per_layer=[k, 2 * k],
+        ladder_errors=[0.1, 0.05],
+        observed_order=order,
+        order_ci=(order - 0.1, order + 0.1),
+        expected_order=expected,
+        largest_stable_step=2.0,
+        step=1.0 / k,
+        stable=True,
+        num_decaying_eigenvalues=3,
+        max_real_eigenvalue=0.1,
+        accuracy=dataclasses.asdict(accuracy),
+        max_accuracy_spread=threshold,
+        order_reduced=order < expected - 0.3,
+        order_raised=order > expected + 0.3,
+        consistent=not reasons,
+        reasons=reasons,
+    )
     return cert.to_dict()

@@ -54,12 +54,27 @@ def _project(root: pathlib.Path, kill: str) -> None:
 def test_a_crashed_worker_fails_its_test_and_the_run_goes_on(tmp_path, kill, workers):
     _project(tmp_path, kill)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers),
-           "--dist", "loadfile", "-rf", "-o", "faulthandler_timeout=2",
-           "-o", "faulthandler_exit_on_timeout=true"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        str(workers),
+        "--dist",
+        "loadfile",
+        "-rf",
+        "-o",
+        "faulthandler_timeout=2",
+        "-o",
+        "faulthandler_exit_on_timeout=true",
+    ]
     try:
-        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=180)  # fmt: skip
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("the run hung after the worker crashed (xdist's own scheduler does)")
     out = proc.stdout
@@ -68,7 +83,7 @@ def test_a_crashed_worker_fails_its_test_and_the_run_goes_on(tmp_path, kill, wor
     assert "FAILED test_b.py::test_crash - worker" in out, out[-3000:]
     ran = sorted((tmp_path / "ran.txt").read_text().split())
     expected = sorted(
-        [f"test_{f}::{n}" for f in "acd" for n in "123"] + ["test_b::1", "test_b::crash",
-                                                            "test_b::3"]
-    )  # fmt: skip
+        [f"test_{f}::{n}" for f in "acd" for n in "123"]
+        + ["test_b::1", "test_b::crash", "test_b::3"]
+    )
     assert ran == expected  # every test once, the crashed one not again

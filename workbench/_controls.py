@@ -34,9 +34,11 @@ def _scalar(value):
 def _check_piece_length(value) -> None:
     """`piece_length` must be a finite positive number (the duration of one layer)."""
     positive_float(
-        "piece_length", value, arrays=True,
+        "piece_length",
+        value,
+        arrays=True,
         hint="the duration of one layer; 1.0 for the exact recovery of a network",
-    )  # fmt: skip
+    )
 
 
 def _check_factor(factor) -> int:

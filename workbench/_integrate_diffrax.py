@@ -254,7 +254,11 @@ def integrate_diffrax(
             value = getattr(controller, name)
             if not isinstance(value, jax.core.Tracer):
                 positive_float(
-                    f"stepsize_controller.{name}", value, finite=False, arrays=True, hint="a tolerance"
+                    f"stepsize_controller.{name}",
+                    value,
+                    finite=False,
+                    arrays=True,
+                    hint="a tolerance",
                 )
     check_solver(solver, formulation, controller)
 

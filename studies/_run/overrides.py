@@ -233,8 +233,9 @@ def describe_fields(config_cls: type, smoke: Any | None = None, *, width: int = 
     for name, left, right in rows:
         lines.append(f"  {left.ljust(left_width)}  default: {right}")
         if name in docs:
-            lines += textwrap.wrap(docs[name], width, initial_indent=" " * 6,
-                                   subsequent_indent=" " * 6)  # fmt: skip
+            lines += textwrap.wrap(
+                docs[name], width, initial_indent=" " * 6, subsequent_indent=" " * 6
+            )
     return "\n".join(lines)
 
 

@@ -438,8 +438,11 @@ def _occupied_message(path: pathlib.Path, old: dict | None, study: str, identity
     else:
         before = old.get("identity") or {}
         keys = sorted(set(before) | set(identity), key=str)
-        changed = [f"{k}={_value(before, k)} there, {_value(identity, k)} now" for k in keys
-                   if before.get(k) != identity.get(k)]  # fmt: skip
+        changed = [
+            f"{k}={_value(before, k)} there, {_value(identity, k)} now"
+            for k in keys
+            if before.get(k) != identity.get(k)
+        ]
         shown = "; ".join(changed[:3]) + ("; …" if len(changed) > 3 else "")
         what = f"a run of {study} with another config ({shown})"
     return f"{str(path)!r} holds {what}, {old.get('state', '?')}; {fix}"

@@ -115,8 +115,11 @@ def run_tour(
 
     def done(i: int, outcome: _Outcome) -> _Outcome:
         status = "ok" if outcome.ok else f"FAILED: {outcome.error}"
-        took = f"kept, {outcome.wall_time_s:.1f} s earlier" if outcome.kept else (
-            f"{outcome.wall_time_s:.1f} s")  # fmt: skip
+        took = (
+            f"kept, {outcome.wall_time_s:.1f} s earlier"
+            if outcome.kept
+            else (f"{outcome.wall_time_s:.1f} s")
+        )
         print(
             f"[{i}/{total}] {outcome.name}: {status} ({took})",
             file=stream,
@@ -401,8 +404,11 @@ def _tour_report(
             lines += [f"*{o.summary}*", ""]
         if o.ok:
             report = _relink_images(demote_headings(o.report.strip(), 2), o.name)
-            took = (f"complete from an earlier run, not run again (its wall time {o.wall_time_s:.2f} s)"
-                    if o.kept else f"wall time {o.wall_time_s:.2f} s")  # fmt: skip
+            took = (
+                f"complete from an earlier run, not run again (its wall time {o.wall_time_s:.2f} s)"
+                if o.kept
+                else f"wall time {o.wall_time_s:.2f} s"
+            )
             lines += [f"Outputs in `{o.name}/`; {took}.", "", report, ""]
         else:
             lines += [

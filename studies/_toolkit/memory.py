@@ -236,10 +236,17 @@ def digits_training_bytes(
     )
     data = array_bytes(DIGITS_TRAIN + DIGITS_TEST, 8, 8, itemsize=F32)
     return data + training_bytes(
-        params=params, batch=config.batch_size, tokens=tokens, d=d, hidden=config.hidden,
-        heads=config.num_heads, steps=layers * spl, evaluations=scheme_evaluations(scheme),
-        eval_batch=DIGITS_TEST, state_copies=state_copies,
-    )  # fmt: skip
+        params=params,
+        batch=config.batch_size,
+        tokens=tokens,
+        d=d,
+        hidden=config.hidden,
+        heads=config.num_heads,
+        steps=layers * spl,
+        evaluations=scheme_evaluations(scheme),
+        eval_batch=DIGITS_TEST,
+        state_copies=state_copies,
+    )
 
 
 def encoder_solve_bytes(

@@ -33,8 +33,10 @@ def check_weights(config: Any, field: str, builtin: tuple[str, ...]) -> None:
     for v in values if isinstance(values, tuple) else (values,):
         if v in builtin:
             continue
-        why = (f"{', '.join(map(repr, builtin))}, or a training run folder holding model.json "
-               f"(workbench run train-digits --out DIR); {v!r} is neither")  # fmt: skip
+        why = (
+            f"{', '.join(map(repr, builtin))}, or a training run folder holding model.json "
+            f"(workbench run train-digits --out DIR); {v!r} is neither"
+        )
         if isinstance(v, str) and pathlib.Path(v).is_dir():
             why = f"a finished training run; {v!r} holds no model.json (not finished, or not a run)"
         check(config, field, is_run_folder(v), why)
@@ -68,10 +70,14 @@ def sizes(folder: str) -> dict:
     u0 = model.embedding(jnp.asarray(np.asarray(wbc.run_inputs(folder)[0])))
     tr = model.transformer
     ops = tr.equation.operators
-    return {"n": int(u0.shape[0]), "d": int(u0.shape[1]), "layers": tr.num_layers,
-            "heads": ops[0].term.values.num_heads,
-            "hidden": int(ops[1].term.values.hidden.shape[-1]),
-            "equation": equation_kind(tr)}  # fmt: skip
+    return {
+        "n": int(u0.shape[0]),
+        "d": int(u0.shape[1]),
+        "layers": tr.num_layers,
+        "heads": ops[0].term.values.num_heads,
+        "hidden": int(ops[1].term.values.hidden.shape[-1]),
+        "equation": equation_kind(tr),
+    }
 
 
 def weights_label(value: str) -> str:

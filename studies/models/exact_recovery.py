@@ -165,8 +165,14 @@ def _case(arch: str, d: int, cfg: Config, dtype, rng):
         direct = A.direct_gpt2(sd, config, ids)
         reference = A.run_reference(A.hf_gpt2(sd, config, dtype=dtype), ids) if ref else None
     elif arch == "vit":
-        config = A.vit_config(d=d, num_heads=H, num_layers=L, intermediate=2 * d + 4,
-                              image_size=VIT_IMAGE, patch_size=VIT_PATCH)  # fmt: skip
+        config = A.vit_config(
+            d=d,
+            num_heads=H,
+            num_layers=L,
+            intermediate=2 * d + 4,
+            image_size=VIT_IMAGE,
+            patch_size=VIT_PATCH,
+        )
         sd = A.random_vit_state_dict(rng, config, dtype=dtype)
         image = rng.standard_normal((config["num_channels"], *VIT_IMAGE)).astype(dtype)
         ours = np.asarray(eqx.filter_jit(A.vit_from_hf(sd, config))(image))

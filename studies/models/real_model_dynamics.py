@@ -96,21 +96,36 @@ class Config:
     """Finite-time Lyapunov exponents computed per layer map."""
 
     def __post_init__(self):
-        check_positive(self, "every", "reference_steps", "bins", "delta", "min_increase",
-                       "num_eigenvalues", "krylov_dim", "num_exponents")  # fmt: skip
-        check(self, "krylov_dim", self.krylov_dim >= self.num_eigenvalues,
-              "at least num_eigenvalues")  # fmt: skip
-        check(self, "max_layers", isinstance(self.max_layers, int) and self.max_layers > 6,
-              "an integer > 6 (the model's depth)")  # fmt: skip
+        check_positive(
+            self,
+            "every",
+            "reference_steps",
+            "bins",
+            "delta",
+            "min_increase",
+            "num_eigenvalues",
+            "krylov_dim",
+            "num_exponents",
+        )
+        check(
+            self, "krylov_dim", self.krylov_dim >= self.num_eigenvalues, "at least num_eigenvalues"
+        )
+        check(
+            self,
+            "max_layers",
+            isinstance(self.max_layers, int) and self.max_layers > 6,
+            "an integer > 6 (the model's depth)",
+        )
         check(
             self,
             "steps",
-            len(self.steps) >= 2 and self.steps[0] == 1
+            len(self.steps) >= 2
+            and self.steps[0] == 1
             and list(self.steps) == sorted(set(self.steps))
             and all(isinstance(k, int) for k in self.steps)
             and self.steps[-1] < self.reference_steps,
             "increasing integers starting at 1, all below reference_steps",
-        )  # fmt: skip
+        )
         check(self, "delta", self.delta <= 1, "a number in (0, 1]")
 
     def estimated_peak_bytes(self) -> int:
@@ -133,8 +148,9 @@ class Config:
 
 
 def smoke_config() -> Config:
-    return Config(max_layers=12, every=3, steps=(1, 2, 4), reference_steps=8, krylov_dim=12,
-                  num_exponents=2)  # fmt: skip
+    return Config(
+        max_layers=12, every=3, steps=(1, 2, 4), reference_steps=8, krylov_dim=12, num_exponents=2
+    )
 
 
 @dataclasses.dataclass
@@ -271,8 +287,9 @@ def compute(config: Config) -> Results:
             emb = _unit(np.sum(states * w, 1) / np.sum(w, 1))
             sims = emb @ emb.T
             cosines.append([sims[2 * i, 2 * i + 1] for i in range(len(PARAPHRASES))])
-            off = [sims[a, b] for a in range(len(flat)) for b in range(len(flat))
-                   if a // 2 != b // 2]  # fmt: skip
+            off = [
+                sims[a, b] for a in range(len(flat)) for b in range(len(flat)) if a // 2 != b // 2
+            ]
             unrelated.append(float(np.mean(off)))
 
         def distance(a, b):
@@ -289,11 +306,12 @@ def compute(config: Config) -> Results:
             eigs.append(
                 wba.arnoldi_eigenvalues(
                     field, states[layer], num_eigenvalues=c.num_eigenvalues, krylov_dim=c.krylov_dim
-                )  # fmt: skip
+                )
             )
             layer_map = jax.tree_util.Partial(_layer_map, eq, lie, jnp.asarray(layer))
-            exps, _ = wba.lyapunov_exponents([layer_map], states[layer],
-                                             num_exponents=c.num_exponents)  # fmt: skip
+            exps, _ = wba.lyapunov_exponents(
+                [layer_map], states[layer], num_exponents=c.num_exponents
+            )
             lyap.append(exps)
         eigs = np.asarray(eigs)
         stable = []
@@ -375,16 +393,26 @@ def report(results: Results) -> str:
 
     r, c = results, results.config
     rows = [
-        (f"{t}" + ("" if tr else " (extended)"), f"{m:.3f}", f"{100 * f:.1f} %",
-         ", ".join(str(x) for x in k))
-        for t, tr, m, f, k in zip(r.layers, r.trained, r.mean_inner_product,
-                                  r.fraction_clustered, r.num_clusters)
-    ]  # fmt: skip
+        (
+            f"{t}" + ("" if tr else " (extended)"),
+            f"{m:.3f}",
+            f"{100 * f:.1f} %",
+            ", ".join(str(x) for x in k),
+        )
+        for t, tr, m, f, k in zip(
+            r.layers, r.trained, r.mean_inner_product, r.fraction_clustered, r.num_clusters
+        )
+    ]
     rd = [
         (str(k), f"{a:.3e}", f"{b:.3e}", ", ".join(f"{x:.4f}" for x in p), f"{u:.4f}")
-        for k, a, b, p, u in zip(r.steps, r.distance_to_network, r.distance_to_reference,
-                                 r.paraphrase_cosines, r.unrelated_cosines)
-    ]  # fmt: skip
+        for k, a, b, p, u in zip(
+            r.steps,
+            r.distance_to_network,
+            r.distance_to_reference,
+            r.paraphrase_cosines,
+            r.unrelated_cosines,
+        )
+    ]
     return "\n".join(
         [
             f"all-MiniLM-L6-v2 in float64, {len(r.num_tokens)} paragraphs of "
@@ -399,7 +427,7 @@ def report(results: Results) -> str:
                     f"clusters at 1 − {c.delta:g} (per paragraph)",
                 ],
                 rows,
-            ),  # fmt: skip
+            ),
             "",
             f"Re-discretization (Lie–Trotter, k steps per layer; k = 1 is the network; reference "
             f"{c.reference_steps} steps per layer): {_convergence_sentence(r)}",
@@ -413,7 +441,7 @@ def report(results: Results) -> str:
                     "mean cosine, unrelated",
                 ],
                 rd,
-            ),  # fmt: skip
+            ),
             "",
             "Jacobian spectra (largest-modulus eigenvalues of the field at each layer's input, "
             "first paragraph) and finite-time Lyapunov exponents of each layer map:",
@@ -443,7 +471,7 @@ def report(results: Results) -> str:
                         )
                     )
                 ],
-            ),  # fmt: skip
+            ),
             "",
             f"Wall time {r.wall_time_s:.0f} s.",
         ]
@@ -459,28 +487,37 @@ def figures(results: Results) -> dict:
     fig, ax = new_figure(figsize=(6.5, 4.2))
     for layer, density in enumerate(r.histograms):
         ax.plot(centers, density, color=f"C{layer}", label=f"layer {layer}")
-    ax.set(xlabel="⟨x_i, x_j⟩ (normalized token states, i ≠ j)", ylabel="density",
-           title=f"all-MiniLM-L6-v2: pairwise inner products, {len(r.num_tokens)} paragraphs")  # fmt: skip
+    ax.set(
+        xlabel="⟨x_i, x_j⟩ (normalized token states, i ≠ j)",
+        ylabel="density",
+        title=f"all-MiniLM-L6-v2: pairwise inner products, {len(r.num_tokens)} paragraphs",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig2, ax2 = new_figure(figsize=(6.5, 4.2))
     ax2.plot(r.layers, r.mean_inner_product, "o-", label="mean inner product")
     ax2.plot(r.layers, r.fraction_clustered, "s-", label=f"pairs ≥ 1 − {c.delta:g}")
     ax2.axvline(int(np.sum(r.trained)) - 1, color="gray", ls="--", lw=1, label="trained depth")
-    ax2.set(xlabel="depth t (layers)", ylabel="statistic",
-            title="clustering with depth (last layer held past t = 6)")  # fmt: skip
+    ax2.set(
+        xlabel="depth t (layers)",
+        ylabel="statistic",
+        title="clustering with depth (last layer held past t = 6)",
+    )
     ax2.grid(True, alpha=0.3)
     ax2.legend()
     fig3, ax3 = new_figure(figsize=(6.5, 4.2))
     ax3.loglog(r.steps[1:], r.distance_to_network[1:], "o-", label="to the network (k = 1)")
-    ax3.loglog(r.steps, r.distance_to_reference, "s-",
-               label=f"to {c.reference_steps} steps per layer")  # fmt: skip
-    ax3.set(xlabel="steps per layer k", ylabel="max-abs distance of the final states",
-            title="re-discretizing all-MiniLM-L6-v2")  # fmt: skip
+    ax3.loglog(
+        r.steps, r.distance_to_reference, "s-", label=f"to {c.reference_steps} steps per layer"
+    )
+    ax3.set(
+        xlabel="steps per layer k",
+        ylabel="max-abs distance of the final states",
+        title="re-discretizing all-MiniLM-L6-v2",
+    )
     ax3.grid(True, which="both", alpha=0.3)
     ax3.legend()
-    return {"histograms": fig, "depth": fig2, "rediscretization": fig3,
-            "spectra": _plot_spectra(r)}  # fmt: skip
+    return {"histograms": fig, "depth": fig2, "rediscretization": fig3, "spectra": _plot_spectra(r)}
 
 
 def _plot_spectra(r: Results):
@@ -501,15 +538,22 @@ def _plot_spectra(r: Results):
     ax.plot([], [], color="0.4", label="|R(z)| = 1 (Lie–Trotter)")
     ax.axhline(0, color="0.7", lw=0.5)
     ax.axvline(0, color="0.7", lw=0.5)
-    ax.set(xlabel="Re τλ", ylabel="Im τλ", aspect="equal",
-           title="largest-modulus Jacobian eigenvalues, τ = 1 (shaded: stable)")  # fmt: skip
+    ax.set(
+        xlabel="Re τλ",
+        ylabel="Im τλ",
+        aspect="equal",
+        title="largest-modulus Jacobian eigenvalues, τ = 1 (shaded: stable)",
+    )
     ax.legend(fontsize=7, loc="upper left")
     layers = np.arange(1, r.lyapunov.shape[0] + 1)
     for j in range(r.lyapunov.shape[1]):
         ax2.plot(layers, r.lyapunov[:, j], "o-", color=f"C{j}", lw=1, label=f"exponent {j + 1}")
     ax2.axhline(0, color="0.6", lw=0.8)
-    ax2.set(xlabel="layer", ylabel="finite-time Lyapunov exponent",
-            title="finite-time Lyapunov exponents of each layer map")  # fmt: skip
+    ax2.set(
+        xlabel="layer",
+        ylabel="finite-time Lyapunov exponent",
+        title="finite-time Lyapunov exponents of each layer map",
+    )
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=7)
     return fig

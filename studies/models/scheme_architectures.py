@@ -92,13 +92,25 @@ class Config(Sorting, Method, Costs, Smoothness, Steps, WeightDecay, TrainingFie
         T.check_training_fields(self)
         check_seed(self)
         check_choices(self, "schemes", wb.registry.SPLITTING_SCHEMES)
-        check(self, "schemes", len(self.schemes) >= 1
-              and len(set(self.schemes)) == len(self.schemes), "distinct scheme names")  # fmt: skip
+        check(
+            self,
+            "schemes",
+            len(self.schemes) >= 1 and len(set(self.schemes)) == len(self.schemes),
+            "distinct scheme names",
+        )
         check_positive(self, "num_seeds", "timing_repeats", "steps")
-        check(self, "steps_per_layer", self.steps_per_layer == 1,
-              "1 (every scheme is compared as one step per layer: the layer itself)")  # fmt: skip
-        check(self, "plan", self.plan is None,
-              "None (each scheme is trained at one step per layer; a plan would replace it)")  # fmt: skip
+        check(
+            self,
+            "steps_per_layer",
+            self.steps_per_layer == 1,
+            "1 (every scheme is compared as one step per layer: the layer itself)",
+        )
+        check(
+            self,
+            "plan",
+            self.plan is None,
+            "None (each scheme is trained at one step per layer; a plan would replace it)",
+        )
         for recipe in self.trainings():  # the sequence task's own checks, naming its fields
             self.sequence_config(*recipe)
 
@@ -132,8 +144,16 @@ class Config(Sorting, Method, Costs, Smoothness, Steps, WeightDecay, TrainingFie
         names = {f.name for f in dataclasses.fields(train_sequence.Config)}
         shared = {k: v for k, v in dataclasses.asdict(self).items() if k in names}
         warmup = min(round(self.warmup * steps / self.steps), max(steps - 1, 0))
-        return train_sequence.Config(**{**shared, "scheme": scheme, "seed": seed,
-                                        "steps": steps, "warmup": warmup, "depth": "fixed"})  # fmt: skip
+        return train_sequence.Config(
+            **{
+                **shared,
+                "scheme": scheme,
+                "seed": seed,
+                "steps": steps,
+                "warmup": warmup,
+                "depth": "fixed",
+            }
+        )
 
     def estimated_peak_bytes(self) -> int:
         """The largest of the trainings' `train-sequence` peaks (trained one after the
@@ -147,9 +167,23 @@ trajectories (not `timing_repeats` or the certificate's)."""
 
 
 def smoke_config() -> Config:
-    return Config(steps=40, d=8, num_heads=2, hidden=16, length=4, vocab=8, num_train=256,
-                  num_test=64, batch_size=32, warmup=4, checkpoint_every=50, num_seeds=2,
-                  certificate_examples=1, max_spread=0.05, timing_repeats=2)  # fmt: skip
+    return Config(
+        steps=40,
+        d=8,
+        num_heads=2,
+        hidden=16,
+        length=4,
+        vocab=8,
+        num_train=256,
+        num_test=64,
+        batch_size=32,
+        warmup=4,
+        checkpoint_every=50,
+        num_seeds=2,
+        certificate_examples=1,
+        max_spread=0.05,
+        timing_repeats=2,
+    )
 
 
 @dataclasses.dataclass
@@ -174,8 +208,13 @@ def _evaluate(config: Config, scheme: str, seed: int, steps: int, run_dir) -> di
     folder = _folder(scheme, seed, steps)
     results, trained = train_sequence.train(sub, run_dir=T.subfolder(run_dir, folder))
     model, cert = trained.model, results.certificate or {}
-    task = wbc.sorting(seed, length=config.length, vocab=config.vocab,
-                       num_train=config.num_train, num_test=config.num_test)  # fmt: skip
+    task = wbc.sorting(
+        seed,
+        length=config.length,
+        vocab=config.vocab,
+        num_train=config.num_train,
+        num_test=config.num_test,
+    )
     refined = cert.get("accuracy") or dataclasses.asdict(wbc.refinement_accuracy(model, task.test))
     order = cert.get("observed_order")
     e = evaluations(scheme)
@@ -194,9 +233,7 @@ def _evaluate(config: Config, scheme: str, seed: int, steps: int, run_dir) -> di
         "training_time_s": T.training_seconds(trained, results),
         "training_evaluations": steps * e,
         "inference_evaluations": config.num_layers * e / 2,
-        "inference_s": T.solve_seconds(
-            model, jnp.asarray(task.test.inputs), config.timing_repeats
-        ),  # fmt: skip
+        "inference_s": T.solve_seconds(model, jnp.asarray(task.test.inputs), config.timing_repeats),
         "folder": folder,
     }
 
@@ -243,8 +280,10 @@ def _summary(results: Results, arm: str) -> str:
     spread = 100 * table(results, arm, "spread")
     parts = []
     for i, name in enumerate(results.config.schemes):
-        parts.append(f"{name} {acc[i].mean():.2f} % ({acc[i].min():.2f}–{acc[i].max():.2f}), "
-                     f"spread ≤ {np.nanmax(spread[i]):.2f} points")  # fmt: skip
+        parts.append(
+            f"{name} {acc[i].mean():.2f} % ({acc[i].min():.2f}–{acc[i].max():.2f}), "
+            f"spread ≤ {np.nanmax(spread[i]):.2f} points"
+        )
     return "; ".join(parts)
 
 
@@ -267,16 +306,19 @@ def verdict(results: Results) -> str:
     best, names = winner(results, "equal-cost")
     order = {s: wb.registry.SPLITTING_SCHEMES[s].order() for s in (*c.schemes, c.scheme)}
     if best is None:
-        head = (f"No: no scheme wins clearly at equal training cost ({names[0]} and "
-                f"{names[1]}: the seeds' ranges overlap)")  # fmt: skip
+        head = (
+            f"No: no scheme wins clearly at equal training cost ({names[0]} and "
+            f"{names[1]}: the seeds' ranges overlap)"
+        )
     elif order[best] > order[c.scheme]:
         head = f"Yes: {best} (order {order[best]}) wins at equal training cost"
     else:
         head = f"No: {best} (order {order[best]}) wins at equal training cost"
     time_ratio = table(results, "equal-steps", "training_time_s").mean(axis=1)
     ref = c.schemes.index(c.scheme) if c.scheme in c.schemes else 0
-    ratios = ", ".join(f"{n} {time_ratio[i] / time_ratio[ref]:.2f}×"
-                       for i, n in enumerate(c.schemes))  # fmt: skip
+    ratios = ", ".join(
+        f"{n} {time_ratio[i] / time_ratio[ref]:.2f}×" for i, n in enumerate(c.schemes)
+    )
     return (
         f"{head}, the operator evaluations of {c.steps} {c.scheme} steps ({c.num_seeds} seeds, "
         f"mean (min–max)): {_summary(results, 'equal-cost')}. At equal steps ({c.steps}): "
@@ -299,10 +341,18 @@ def report(results: Results) -> str:
         + ").",
         "",
     ]
-    head = ["scheme", "steps", "held-out accuracy, mean (min–max)",
-            f"seeds ≥ {100 * c.target_accuracy:g} %", "spread, max (points)",
-            "consistent", "observed order (expected)", "training time", "inference: "
-            "evaluations per example", "inference time (held-out set)"]  # fmt: skip
+    head = [
+        "scheme",
+        "steps",
+        "held-out accuracy, mean (min–max)",
+        f"seeds ≥ {100 * c.target_accuracy:g} %",
+        "spread, max (points)",
+        "consistent",
+        "observed order (expected)",
+        "training time",
+        "inference: evaluations per example",
+        "inference time (held-out set)",
+    ]
     for arm in ARMS:
         rows = []
         for name in c.schemes:
@@ -311,18 +361,26 @@ def report(results: Results) -> str:
             spread = 100 * max(x["spread"] for x in mine)
             cons = [x["consistent"] for x in mine if x["consistent"] is not None]
             orders = [x["observed_order"] for x in mine if x["observed_order"] is not None]
-            rows.append((
-                name, str(mine[0]["steps"]), f"{acc.mean():.2f} % ({acc.min():.2f}–{acc.max():.2f})",
-                f"{int((acc >= 100 * c.target_accuracy).sum())}/{len(acc)}",
-                f"{spread:.2f}", f"{sum(cons)}/{len(cons)}" if cons else "n/a",
-                (f"{np.mean(orders):.2f}" if orders else "n/a") + f" ({mine[0]['expected_order']})",
-                f"{np.mean([x['training_time_s'] for x in mine]):.1f} s",
-                f"{mine[0]['inference_evaluations']:g}",
-                f"{1e3 * np.median([x['inference_s'] for x in mine]):.1f} ms",
-            ))  # fmt: skip
+            rows.append(
+                (
+                    name,
+                    str(mine[0]["steps"]),
+                    f"{acc.mean():.2f} % ({acc.min():.2f}–{acc.max():.2f})",
+                    f"{int((acc >= 100 * c.target_accuracy).sum())}/{len(acc)}",
+                    f"{spread:.2f}",
+                    f"{sum(cons)}/{len(cons)}" if cons else "n/a",
+                    (f"{np.mean(orders):.2f}" if orders else "n/a")
+                    + f" ({mine[0]['expected_order']})",
+                    f"{np.mean([x['training_time_s'] for x in mine]):.1f} s",
+                    f"{mine[0]['inference_evaluations']:g}",
+                    f"{1e3 * np.median([x['inference_s'] for x in mine]):.1f} ms",
+                )
+            )
         lines += [f"**{arm}** ({_answer(r, arm)}):", "", markdown_table(head, rows), ""]
-    lines.append(f"Run folders: {', '.join(sorted({x['folder'] for x in r.runs}))}. Wall time "
-                 f"{r.wall_time_s:.0f} s.")  # fmt: skip
+    lines.append(
+        f"Run folders: {', '.join(sorted({x['folder'] for x in r.runs}))}. Wall time "
+        f"{r.wall_time_s:.0f} s."
+    )
     return "\n".join(lines)
 
 
@@ -336,14 +394,25 @@ def figures(results: Results) -> dict:
         for i, name in enumerate(c.schemes):
             mine = [x for x in r.runs if x["arm"] == arm and x["scheme"] == name]
             acc = [100 * x["accuracy"] for x in mine]
-            kw = {"color": f"C{i}", "marker": markers[arm], "ls": "none",
-                  "mfc": "none" if arm == "equal-steps" else f"C{i}", "label": f"{name}, {arm}"}  # fmt: skip
+            kw = {
+                "color": f"C{i}",
+                "marker": markers[arm],
+                "ls": "none",
+                "mfc": "none" if arm == "equal-steps" else f"C{i}",
+                "label": f"{name}, {arm}",
+            }
             ax1.plot([x["training_time_s"] for x in mine], acc, **kw)
             ax2.plot([x["inference_evaluations"] for x in mine], acc, **kw)
-    ax1.set(xlabel="training time (s)", ylabel="held-out token accuracy (%)",
-            title=f"{NAME}: accuracy against training cost")  # fmt: skip
-    ax2.set(xlabel="field evaluations per example (inference)", xscale="log",
-            title="accuracy against inference cost")  # fmt: skip
+    ax1.set(
+        xlabel="training time (s)",
+        ylabel="held-out token accuracy (%)",
+        title=f"{NAME}: accuracy against training cost",
+    )
+    ax2.set(
+        xlabel="field evaluations per example (inference)",
+        xscale="log",
+        title="accuracy against inference cost",
+    )
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
     ax1.legend(fontsize=7)

@@ -98,14 +98,24 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     def __post_init__(self):
         T.check_training_fields(self)
         check_seed(self)
-        check_positive(self, "epochs", "num_exponents", "fine_factor", "lyapunov_tolerance",
-                       "tolerance")  # fmt: skip
-        check(self, "recipes", len(self.recipes) >= 1 and set(self.recipes) <= set(CD.RECIPES)
-              and len(set(self.recipes)) == len(self.recipes),
-              f"distinct names of {', '.join(CD.RECIPES)}")  # fmt: skip
+        check_positive(
+            self, "epochs", "num_exponents", "fine_factor", "lyapunov_tolerance", "tolerance"
+        )
+        check(
+            self,
+            "recipes",
+            len(self.recipes) >= 1
+            and set(self.recipes) <= set(CD.RECIPES)
+            and len(set(self.recipes)) == len(self.recipes),
+            f"distinct names of {', '.join(CD.RECIPES)}",
+        )
         check(self, "fine_factor", self.fine_factor >= 2, "an integer >= 2")
-        check(self, "certificate_examples", self.certificate_examples >= 1,
-              "an integer >= 1 (the analyses run on that many held-out images)")  # fmt: skip
+        check(
+            self,
+            "certificate_examples",
+            self.certificate_examples >= 1,
+            "an integer >= 1 (the analyses run on that many held-out images)",
+        )
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
         T.check_resolutions(self)
         T.check_coarsen(self)
@@ -132,10 +142,21 @@ trajectories (not the analyses' fields)."""
 
 
 def smoke_config() -> Config:
-    return Config(epochs=6, d=16, num_heads=2, num_layers=2, hidden=32, warmup=10,
-                  checkpoint_every=50, certificate_examples=1, max_spread=0.05,
-                  target_accuracy=0.5, num_exponents=4, tolerance=1e-2,
-                  plan_methods=("lie", "rk4"))  # fmt: skip
+    return Config(
+        epochs=6,
+        d=16,
+        num_heads=2,
+        num_layers=2,
+        hidden=32,
+        warmup=10,
+        checkpoint_every=50,
+        certificate_examples=1,
+        max_spread=0.05,
+        target_accuracy=0.5,
+        num_exponents=4,
+        tolerance=1e-2,
+        plan_methods=("lie", "rk4"),
+    )
 
 
 @dataclasses.dataclass
@@ -156,8 +177,7 @@ def layer_maps(transformer, steps_per_layer: int) -> list:
     `steps_per_layer` steps in each layer."""
 
     def step(local, u):
-        return wb.integrate(local, u, transformer.scheme, num_steps=steps_per_layer,
-                            throw=False).u1  # fmt: skip
+        return wb.integrate(local, u, transformer.scheme, num_steps=steps_per_layer, throw=False).u1
 
     eq = transformer.equation
     return [jax.tree_util.Partial(step, eq.localize(i)) for i in range(eq.num_pieces)]
@@ -168,8 +188,9 @@ def spectra(transformer, u0) -> list[np.ndarray]:
     the network's own trajectory."""
     eq = transformer.equation
     states = wa.layer_inputs(transformer, u0)
-    return [wa.jacobian_spectrum(wa.term_fields(eq, i + 0.5)["full"], u)
-            for i, u in enumerate(states)]  # fmt: skip
+    return [
+        wa.jacobian_spectrum(wa.term_fields(eq, i + 0.5)["full"], u) for i, u in enumerate(states)
+    ]
 
 
 def _layer_row(eigs: np.ndarray, scheme, h: float) -> dict:
@@ -188,21 +209,34 @@ def _layer_row(eigs: np.ndarray, scheme, h: float) -> dict:
 
 def _order(transformer, states, name: str) -> dict:
     cert = wbc.certify(transformer, states)
-    return {"scheme": name, "error": float(cert.error), "observed_order": cert.observed_order,
-            "expected_order": int(cert.expected_order), "order_reduced": bool(cert.order_reduced),
-            "ladder_errors": list(map(float, cert.ladder_errors))}  # fmt: skip
+    return {
+        "scheme": name,
+        "error": float(cert.error),
+        "observed_order": cert.observed_order,
+        "expected_order": int(cert.expected_order),
+        "order_reduced": bool(cert.order_reduced),
+        "ladder_errors": list(map(float, cert.ladder_errors)),
+    }
 
 
 def _plan(config: Config, folder) -> tuple[dict | None, list]:
     if folder is None:
         return None, []
-    r = P.compute(P.Config(weights=str(folder), tolerance=config.tolerance,
-                           methods=config.plan_methods))  # fmt: skip
-    rows = [{"method": c.method, "steps_per_layer": c.steps_per_layer,
-             "evaluations": c.evaluations, "measured_error": c.measured_error,
-             "meets": bool(c.meets_tolerance), "over_cap": bool(c.over_cap),
-             "predicted_steps_per_layer": int(c.predicted_steps_per_layer)}
-            for c in r.candidates]  # fmt: skip
+    r = P.compute(
+        P.Config(weights=str(folder), tolerance=config.tolerance, methods=config.plan_methods)
+    )
+    rows = [
+        {
+            "method": c.method,
+            "steps_per_layer": c.steps_per_layer,
+            "evaluations": c.evaluations,
+            "measured_error": c.measured_error,
+            "meets": bool(c.meets_tolerance),
+            "over_cap": bool(c.over_cap),
+            "predicted_steps_per_layer": int(c.predicted_steps_per_layer),
+        }
+        for c in r.candidates
+    ]
     return r.plan, rows
 
 
@@ -222,16 +256,16 @@ def _network(config: Config, recipe: str, run_dir) -> dict:
             if isinstance(tr.scheme, wb.schemes.Strang)
             else wb.schemes.Strang()
         )
-        orders = [_order(tr, states, own),
-                  _order(tr.rediscretize(second, tr.steps_per_layer), states,
-                         type(second).__name__)]  # fmt: skip
+        orders = [
+            _order(tr, states, own),
+            _order(tr.rediscretize(second, tr.steps_per_layer), states, type(second).__name__),
+        ]
         u0 = states[0]
         eigs = spectra(tr, u0)
         h = float(tr.equation.piece_length) / tr.steps_per_layer
         layers = [_layer_row(e, tr.scheme, h) for e in eigs]
         k = min(config.num_exponents, u0.size)
-        lam_own, _ = wa.lyapunov_exponents(layer_maps(tr, tr.steps_per_layer), u0,
-                                           num_exponents=k)  # fmt: skip
+        lam_own, _ = wa.lyapunov_exponents(layer_maps(tr, tr.steps_per_layer), u0, num_exponents=k)
         lam_fine, _ = wa.lyapunov_exponents(
             layer_maps(tr, config.fine_factor * tr.steps_per_layer), u0, num_exponents=k
         )
@@ -270,8 +304,10 @@ def faithful(config: Config, net: dict) -> list[str]:
         order = "none fitted" if own["observed_order"] is None else f"{own['observed_order']:.2f}"
         why.append(f"observed order {order} < {own['expected_order']} − 0.3")
     if net["lyapunov_difference"] > config.lyapunov_tolerance:
-        why.append(f"Lyapunov exponents {net['lyapunov_difference']:.4f} from the refined "
-                   f"flow's (> {config.lyapunov_tolerance:g})")  # fmt: skip
+        why.append(
+            f"Lyapunov exponents {net['lyapunov_difference']:.4f} from the refined "
+            f"flow's (> {config.lyapunov_tolerance:g})"
+        )
     return why
 
 
@@ -283,9 +319,11 @@ def verdict(results: Results) -> str:
         reasons[net["recipe"]] = why
         own = net["orders"][0]
         order = "n/a" if own["observed_order"] is None else f"{own['observed_order']:.2f}"
-        parts.append(f"{net['recipe']}: order {order} (expected {own['expected_order']}), "
-                     f"Lyapunov gap {net['lyapunov_difference']:.4f}, "
-                     + ("faithful" if not why else "not faithful: " + "; ".join(why)))  # fmt: skip
+        parts.append(
+            f"{net['recipe']}: order {order} (expected {own['expected_order']}), "
+            f"Lyapunov gap {net['lyapunov_difference']:.4f}, "
+            + ("faithful" if not why else "not faithful: " + "; ".join(why))
+        )
     detail = ". ".join(parts)
     if "multi-resolution" not in reasons:
         return f"No answer: the multi-resolution network was not analysed ({detail})."
@@ -317,50 +355,104 @@ def report(results: Results) -> str:
         f"{c.seed}; float64 analyses on {c.certificate_examples} held-out image(s).",
         "",
     ]
-    head = ["network", "held-out accuracy", "spread", "scheme", "error at own step",
-            "observed order (expected)", "order reduced"]  # fmt: skip
+    head = [
+        "network",
+        "held-out accuracy",
+        "spread",
+        "scheme",
+        "error at own step",
+        "observed order (expected)",
+        "order reduced",
+    ]
     rows = []
     for net in r.networks:
         for o in net["orders"]:
             order = "none" if o["observed_order"] is None else f"{o['observed_order']:.2f}"
-            rows.append((net["recipe"], f"{100 * net['accuracy']:.2f} %",
-                         "n/a" if net["spread"] is None else f"{100 * net['spread']:.2f}",
-                         o["scheme"], f"{o['error']:.3g}", f"{order} ({o['expected_order']})",
-                         str(o["order_reduced"])))  # fmt: skip
-    lines += ["Orders (error against Dopri8 at T, ladder 1–16 steps per layer):", "",
-              markdown_table(head, rows), ""]  # fmt: skip
-    head = ["network", "layer", "spectral radius", "max Re λ", "decaying modes",
-            "outside the region at h", "τ* (h)"]  # fmt: skip
+            rows.append(
+                (
+                    net["recipe"],
+                    f"{100 * net['accuracy']:.2f} %",
+                    "n/a" if net["spread"] is None else f"{100 * net['spread']:.2f}",
+                    o["scheme"],
+                    f"{o['error']:.3g}",
+                    f"{order} ({o['expected_order']})",
+                    str(o["order_reduced"]),
+                )
+            )
+    lines += [
+        "Orders (error against Dopri8 at T, ladder 1–16 steps per layer):",
+        "",
+        markdown_table(head, rows),
+        "",
+    ]
+    head = [
+        "network",
+        "layer",
+        "spectral radius",
+        "max Re λ",
+        "decaying modes",
+        "outside the region at h",
+        "τ* (h)",
+    ]
     rows = []
     for net in r.networks:
         for i, x in enumerate(net["layers"]):
-            rows.append((net["recipe"], str(i), f"{x['spectral_radius']:.3g}",
-                         f"{x['max_real']:.3g}", str(x["num_decaying"]),
-                         f"{100 * x['outside_fraction']:.1f} %",
-                         f"{x['largest_stable_step']:.3g} ({net['step']:g})"))  # fmt: skip
-    lines += ["Jacobian spectra of the full field entering each layer:", "",
-              markdown_table(head, rows), ""]  # fmt: skip
+            rows.append(
+                (
+                    net["recipe"],
+                    str(i),
+                    f"{x['spectral_radius']:.3g}",
+                    f"{x['max_real']:.3g}",
+                    str(x["num_decaying"]),
+                    f"{100 * x['outside_fraction']:.1f} %",
+                    f"{x['largest_stable_step']:.3g} ({net['step']:g})",
+                )
+            )
+    lines += [
+        "Jacobian spectra of the full field entering each layer:",
+        "",
+        markdown_table(head, rows),
+        "",
+    ]
     head = [
         "network",
         f"largest {c.num_exponents} exponents: layer maps",
         f"refined flow ({c.fine_factor}× steps)",
         "largest difference",
     ]
-    rows = [(net["recipe"], ", ".join(f"{v:.3f}" for v in net["lyapunov_own"]),
-             ", ".join(f"{v:.3f}" for v in net["lyapunov_fine"]),
-             f"{net['lyapunov_difference']:.3f}") for net in r.networks]  # fmt: skip
+    rows = [
+        (
+            net["recipe"],
+            ", ".join(f"{v:.3f}" for v in net["lyapunov_own"]),
+            ", ".join(f"{v:.3f}" for v in net["lyapunov_fine"]),
+            f"{net['lyapunov_difference']:.3f}",
+        )
+        for net in r.networks
+    ]
     lines += ["Lyapunov exponents (per layer):", "", markdown_table(head, rows), ""]
     head = ["network", "plan", *c.plan_methods]
     rows = []
     for net in r.networks:
         by = {x["method"]: x for x in net["plan_candidates"]}
         best = net["plan"]
-        rows.append((net["recipe"],
-                     "no run folder" if not by else "none meets it" if best is None
-                     else f"{best['method']}, {best['steps_per_layer']} steps/layer",
-                     *(_plan_cell(by.get(m)) for m in c.plan_methods)))  # fmt: skip
-    lines += [f"The plan for tolerance {c.tolerance:g} (steps per layer each method needs):",
-              "", markdown_table(head, rows), "", f"Wall time {r.wall_time_s:.0f} s."]  # fmt: skip
+        rows.append(
+            (
+                net["recipe"],
+                "no run folder"
+                if not by
+                else "none meets it"
+                if best is None
+                else f"{best['method']}, {best['steps_per_layer']} steps/layer",
+                *(_plan_cell(by.get(m)) for m in c.plan_methods),
+            )
+        )
+    lines += [
+        f"The plan for tolerance {c.tolerance:g} (steps per layer each method needs):",
+        "",
+        markdown_table(head, rows),
+        "",
+        f"Wall time {r.wall_time_s:.0f} s.",
+    ]
     return "\n".join(lines)
 
 
@@ -377,8 +469,14 @@ def figures(results: Results) -> dict:
         span = max(2.5, 1.1 * float(np.max(np.abs(re + 1j * im))))
         x, y = np.meshgrid(np.linspace(-span, span / 2, 300), np.linspace(-span, span, 300))
         scheme = wb.registry.SPLITTING_SCHEMES[net["scheme"]]
-        ax.contour(x, y, np.abs(wa.stability_function(scheme)(x + 1j * y)), levels=[1.0],
-                   colors="k", linewidths=1)  # fmt: skip
+        ax.contour(
+            x,
+            y,
+            np.abs(wa.stability_function(scheme)(x + 1j * y)),
+            levels=[1.0],
+            colors="k",
+            linewidths=1,
+        )
         ax.plot(re, im, ".", ms=2, alpha=0.5)
         ax.set(xlabel="Re hλ", ylabel="Im hλ", title=f"{net['recipe']}: hλ and |R| = 1")
         ax.grid(True, alpha=0.3)
@@ -386,10 +484,14 @@ def figures(results: Results) -> dict:
     for i, net in enumerate(r.networks):
         k = np.arange(1, len(net["lyapunov_own"]) + 1)
         ax2.plot(k, net["lyapunov_own"], "o-", color=f"C{i}", label=f"{net['recipe']}: layers")
-        ax2.plot(k, net["lyapunov_fine"], "x--", color=f"C{i}",
-                 label=f"{net['recipe']}: refined flow")  # fmt: skip
-    ax2.set(xlabel="index i", ylabel="Lyapunov exponent λ_i (per layer)",
-            title="trained layer maps against the refined flow")  # fmt: skip
+        ax2.plot(
+            k, net["lyapunov_fine"], "x--", color=f"C{i}", label=f"{net['recipe']}: refined flow"
+        )
+    ax2.set(
+        xlabel="index i",
+        ylabel="Lyapunov exponent λ_i (per layer)",
+        title="trained layer maps against the refined flow",
+    )
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=8)
     return {"spectra": fig, "lyapunov": fig2}

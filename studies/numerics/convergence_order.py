@@ -162,13 +162,23 @@ class Config:
         from studies._toolkit import memory as M
 
         copies = 4 if "recovered" in self.weights else 3
-        size = {"n": self.n, "d": self.d, "hidden": self.dim_feedforward,
-                "heads": self.num_heads, "layers": self.num_layers}  # fmt: skip
+        size = {
+            "n": self.n,
+            "d": self.d,
+            "hidden": self.dim_feedforward,
+            "heads": self.num_heads,
+            "layers": self.num_layers,
+        }
         for folder in filter(is_run_folder, self.weights):  # the largest model solved
             size = {k: max(v, sizes(folder)[k]) for k, v in size.items()}
-        solve = M.encoder_solve_bytes(n=size["n"], d=size["d"], hidden=size["hidden"],
-                                      heads=size["heads"], layers=size["layers"],
-                                      param_copies=copies)  # fmt: skip
+        solve = M.encoder_solve_bytes(
+            n=size["n"],
+            d=size["d"],
+            hidden=size["hidden"],
+            heads=size["heads"],
+            layers=size["layers"],
+            param_copies=copies,
+        )
         methods = len(self.methods) + len(self.post_norm_methods)
         ladders = len(self.weights) * methods * 8 + 2 * len(self.activation_methods) * len(
             self.activation_steps_per_layer
@@ -302,9 +312,16 @@ def _ladder(config: Config, equation, u0, name: str, steps, ref):
     order = declared_order(method)
     auto = dict(error_range=ERROR_RANGE[order]) if steps == "auto" else {}
     lad = wba.error_ladder(
-        equation, u0, method, steps, ref, declared_order=order,
-        repeats=config.repeats, tol=config.tol, **auto,
-    )  # fmt: skip
+        equation,
+        u0,
+        method,
+        steps,
+        ref,
+        declared_order=order,
+        repeats=config.repeats,
+        tol=config.tol,
+        **auto,
+    )
     return lad, order, lad.fit
 
 
@@ -368,9 +385,14 @@ def _order_table(config: Config, u0):
                 )
             table_s = time.perf_counter() - table_start
             timing[f"{weights}/{eq_name}"] = Timing(
-                table_start - start, ref.error_estimate, table_s, compile_s,
-                table_s - compile_s, len(names), 6,
-            )  # fmt: skip
+                table_start - start,
+                ref.error_estimate,
+                table_s,
+                compile_s,
+                table_s - compile_s,
+                len(names),
+                6,
+            )
     return rows, timing, skipped, refs.get(("random", "pre-norm"))
 
 
@@ -507,15 +529,20 @@ def report(results: Results) -> str:
     headers += f"Richardson/measured|evaluations at {c.target_error:g}|compilations"
     table = [
         (
-            r.weights, r.equation, r.method, r.declared, _order_text(r.order, r.order_reduction),
+            r.weights,
+            r.equation,
+            r.method,
+            r.declared,
+            _order_text(r.order, r.order_reduction),
             "—" if r.ci is None else ci_cell(*r.ci),
             f"{r.points_in_fit}/{len(r.ladder['errors'])}",
             f"{min(r.ladder['errors']):.1e} – {max(r.ladder['errors']):.1e}",
             None if r.ladder["richardson"] is None else f"{r.ladder['richardson']:.3f}",
-            r.evaluations_at_target, r.ladder["compilations"],
+            r.evaluations_at_target,
+            r.ladder["compilations"],
         )
         for r in results.rows
-    ]  # fmt: skip
+    ]
     out = [
         f"Observed orders (float64; error = max-abs at T against Dopri8; {c.num_layers} layers, "
         f"d = {c.d}, n = {c.n}, {c.num_heads} heads, GELU"
@@ -567,9 +594,16 @@ def _activation_report(results: Results) -> list[str]:
     for m in dict.fromkeys(a.method for a in results.activation):
         g, r = by[("gelu", m)], by[("relu", m)]
         table.append(
-            (m, g.declared, _order_text(g.order, g.reduced), _order_text(r.order, r.reduced),
-             r.preasymptotic_order, r.slope_all, float(r.errors[-1]))
-        )  # fmt: skip
+            (
+                m,
+                g.declared,
+                _order_text(g.order, g.reduced),
+                _order_text(r.order, r.reduced),
+                r.preasymptotic_order,
+                r.slope_all,
+                float(r.errors[-1]),
+            )
+        )
     err = results.activation_reference_error
     ks = ", ".join(map(str, results.config.activation_steps_per_layer))
     headers = "method|declared|GELU order|ReLU order|ReLU large-step order|ReLU all-points slope"

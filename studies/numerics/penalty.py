@@ -120,8 +120,13 @@ class Config:
         size = self.n * self.d
         evaluation = M.attention_layer_floats(self.n, self.d, self.dim_feedforward, self.num_heads)
         newton = M.array_bytes(size, evaluation) + M.array_bytes(4, size, size)
-        solve = M.encoder_solve_bytes(n=self.n, d=self.d, hidden=self.dim_feedforward,
-                                      heads=self.num_heads, layers=self.num_layers)  # fmt: skip
+        solve = M.encoder_solve_bytes(
+            n=self.n,
+            d=self.d,
+            hidden=self.dim_feedforward,
+            heads=self.num_heads,
+            layers=self.num_layers,
+        )
         return newton + solve
 
 
@@ -197,9 +202,14 @@ def compute(config: Config) -> Results:
             pid = diffrax.PIDController(rtol=jnp.asarray(tol), atol=jnp.asarray(tol))
             start = time.perf_counter()
             sol = wb.integrate(
-                equation, u0, solver, formulation=wb.Penalty(jnp.asarray(epsilon)),
-                stepsize_controller=pid, max_steps=config.max_steps, throw=False,
-            )  # fmt: skip
+                equation,
+                u0,
+                solver,
+                formulation=wb.Penalty(jnp.asarray(epsilon)),
+                stepsize_controller=pid,
+                max_steps=config.max_steps,
+                throw=False,
+            )
             distance = float(np.max(np.abs(np.asarray(sol.u1) - np.asarray(ref.u1))))
             return sol, distance, time.perf_counter() - start
 
@@ -214,9 +224,13 @@ def compute(config: Config) -> Results:
             sol, distance, seconds = solve(solver, config.stiff_epsilon, config.tolerance)
             ok = bool(sol.result == wb.RESULTS.successful)
             counts[name] = SolverCount(
-                int(sol.stats["num_steps"]), int(sol.stats["num_rejected_steps"]), ok,
-                "" if ok else wb.RESULTS[sol.result], distance, seconds,
-            )  # fmt: skip
+                int(sol.stats["num_steps"]),
+                int(sol.stats["num_rejected_steps"]),
+                ok,
+                "" if ok else wb.RESULTS[sol.result],
+                distance,
+                seconds,
+            )
     fit = wba.fit_order(config.epsilons, distances, asymptotic=False)
     ratios = {k: counts[EXPLICIT].num_steps / max(counts[k].num_steps, 1) for k in chosen}
     return Results(
@@ -289,13 +303,17 @@ def report(results: Results) -> str:
         ["solver", "steps", "rejected", "Tsit5 steps / steps", "seconds", "distance", "solve"],
         [
             (
-                LABELS[k], v.num_steps, v.num_rejected_steps,
+                LABELS[k],
+                v.num_steps,
+                v.num_rejected_steps,
                 "—" if k == EXPLICIT else round(results.step_ratios[k], 1),
-                f"{v.seconds:.2f}", f"{v.distance:.2e}", "ok" if v.ok else v.failure,
+                f"{v.seconds:.2f}",
+                f"{v.distance:.2e}",
+                "ok" if v.ok else v.failure,
             )
             for k, v in results.counts.items()
         ],
-    )  # fmt: skip
+    )
     return "\n".join(
         [
             f"Random post-norm GELU encoder: {c.num_layers} layer(s), d = {c.d}, n = {c.n}, "

@@ -120,15 +120,24 @@ class Config:
         check_weights(self, "weights", ("random",))
         if is_run_folder(self.weights):
             kind = sizes(self.weights)["equation"]
-            check(self, "equation", self.equation == kind,
-                  f"{kind!r}, the placement of the trained equation in {self.weights}")  # fmt: skip
+            check(
+                self,
+                "equation",
+                self.equation == kind,
+                f"{kind!r}, the placement of the trained equation in {self.weights}",
+            )
 
     def model_sizes(self) -> dict:
         """`{"n", "d", "layers", "heads", "hidden"}`: the config's, or the trained model's."""
         if is_run_folder(self.weights):
             return sizes(self.weights)
-        return {"n": self.n, "d": self.d, "layers": self.num_layers, "heads": self.num_heads,
-                "hidden": self.dim_feedforward}  # fmt: skip
+        return {
+            "n": self.n,
+            "d": self.d,
+            "layers": self.num_layers,
+            "heads": self.num_heads,
+            "hidden": self.dim_feedforward,
+        }
 
     def estimated_peak_bytes(self) -> int:
         """Peak bytes of `compute` (`studies._toolkit.memory`, float64): the model's solves
@@ -248,10 +257,19 @@ def _pilot_fit(pilot, order: int):
     h, e = pilot.step_sizes[-1], max(float(pilot.errors[-1]), 1e-300)
     n, nan = len(pilot.step_sizes), float("nan")
     return wba.OrderFit(
-        order=float(order), constant=e / h**order, stderr=nan, ci_low=nan, ci_high=nan,
-        confidence=0.95, steps=pilot.step_sizes, errors=pilot.errors, used=np.ones(n, bool),
-        local_orders=np.zeros(n - 1), floor=None, pre_asymptotic=0,
-    )  # fmt: skip
+        order=float(order),
+        constant=e / h**order,
+        stderr=nan,
+        ci_low=nan,
+        ci_high=nan,
+        confidence=0.95,
+        steps=pilot.step_sizes,
+        errors=pilot.errors,
+        used=np.ones(n, bool),
+        local_orders=np.zeros(n - 1),
+        floor=None,
+        pre_asymptotic=0,
+    )
 
 
 def _candidate(config: Config, equation, u0, ref, name: str, decaying) -> Candidate:
@@ -284,15 +302,28 @@ def _candidate(config: Config, equation, u0, ref, name: str, decaying) -> Candid
     )
     if check is None or k > config.max_steps_per_layer:
         return Candidate(
-            **common, steps_per_layer=None, measured_error=None, meets_tolerance=False,
-            evaluations=None, seconds=None, step=None, stable=None, over_cap=True,
-        )  # fmt: skip
+            **common,
+            steps_per_layer=None,
+            measured_error=None,
+            meets_tolerance=False,
+            evaluations=None,
+            seconds=None,
+            step=None,
+            stable=None,
+            over_cap=True,
+        )
     step, error = equation.piece_length / k, float(check.errors[0])
     return Candidate(
-        **common, steps_per_layer=k, measured_error=error, evaluations=int(check.evaluations[0]),
-        meets_tolerance=error <= config.tolerance, seconds=float(check.seconds[0]), step=step,
-        stable=step <= tau_star, over_cap=False,
-    )  # fmt: skip
+        **common,
+        steps_per_layer=k,
+        measured_error=error,
+        evaluations=int(check.evaluations[0]),
+        meets_tolerance=error <= config.tolerance,
+        seconds=float(check.seconds[0]),
+        step=step,
+        stable=step <= tau_star,
+        over_cap=False,
+    )
 
 
 def _best(candidates: list[Candidate]) -> Candidate | None:
@@ -427,13 +458,17 @@ def report(results: Results) -> str:
         steps = f"{x.predicted_steps_per_layer} predicted (over the cap; not run)"
         rows.append(
             (
-                x.method, "no fit" if x.pilot_order is None else f"{x.pilot_order:.2f}",
+                x.method,
+                "no fit" if x.pilot_order is None else f"{x.pilot_order:.2f}",
                 steps if x.over_cap else x.steps_per_layer,
-                x.measured_error, "yes" if x.meets_tolerance else "no", x.evaluations,
-                None if x.seconds is None else 1e3 * x.seconds, x.largest_stable_step,
+                x.measured_error,
+                "yes" if x.meets_tolerance else "no",
+                x.evaluations,
+                None if x.seconds is None else 1e3 * x.seconds,
+                x.largest_stable_step,
                 None if x.stable is None else "yes" if x.stable else "no",
             )
-        )  # fmt: skip
+        )
     headers = "method|pilot order|steps/layer|error|meets|evaluations|time (ms)|τ*|stable"
     lines += [markdown_table(headers.split("|"), rows), "", f"Total {results.seconds:.1f} s."]
     return "\n".join(lines)

@@ -153,13 +153,17 @@ class Config:
         commutator's two JVPs). The global errors run one step count at a time."""
         from studies._toolkit import memory as M
 
-        n, d, hidden, heads, layers = (self.n, self.d, self.dim_feedforward, self.num_heads,
-                                       self.num_layers)  # fmt: skip
+        n, d, hidden, heads, layers = (
+            self.n,
+            self.d,
+            self.dim_feedforward,
+            self.num_heads,
+            self.num_layers,
+        )
         if is_run_folder(self.weights):
             z = sizes(self.weights)
             n, d, hidden, heads, layers = z["n"], z["d"], z["hidden"], z["heads"], z["layers"]
-        solve = M.encoder_solve_bytes(n=n, d=d, hidden=hidden, heads=heads, layers=layers,
-                                      stages=6)  # fmt: skip
+        solve = M.encoder_solve_bytes(n=n, d=d, hidden=hidden, heads=heads, layers=layers, stages=6)
         evaluation = M.attention_layer_floats(n, d, hidden, heads)
         per_tau = 14 * n * d + 4 * evaluation
         return solve + M.array_bytes(len(self.local_taus), per_tau)
@@ -442,14 +446,18 @@ def report(results: Results) -> str:
     if is_run_folder(config.weights):
         z = sizes(config.weights)
         layers = z["layers"]
-        model = (f"Trained pre-norm equation of the run folder `{config.weights}`: d = {z['d']}, "
-                 f"{z['heads']} heads, {layers} layers, d_ff = {z['hidden']}, n = {z['n']} tokens "
-                 "(its first saved input embedded), float64")  # fmt: skip
+        model = (
+            f"Trained pre-norm equation of the run folder `{config.weights}`: d = {z['d']}, "
+            f"{z['heads']} heads, {layers} layers, d_ff = {z['hidden']}, n = {z['n']} tokens "
+            "(its first saved input embedded), float64"
+        )
     else:
         layers = config.num_layers
-        model = (f"Random pre-norm GELU encoder: d = {config.d}, {config.num_heads} heads, "
-                 f"{layers} layers, d_ff = {config.dim_feedforward}, n = {config.n} tokens, "
-                 f"float64, seed {config.seed}")  # fmt: skip
+        model = (
+            f"Random pre-norm GELU encoder: d = {config.d}, {config.num_heads} heads, "
+            f"{layers} layers, d_ff = {config.dim_feedforward}, n = {config.n} tokens, "
+            f"float64, seed {config.seed}"
+        )
     lines = [
         f"{model}. Local error: one step from the input on layer 0, τ ∈ "
         f"[{min(config.local_taus):.3g}, {max(config.local_taus):.3g}]; global error at T = "
@@ -558,7 +566,14 @@ def figures(results: Results) -> dict:
                     _curve(ax, r, local, dotted=r.placement == "post", prefix=f"{r.placement}: ")
         for ax, what in zip(axes, ("Local", "Global")):
             title = f"{what} error: pre-norm (solid) vs post-norm (dotted)"
-            _finish(ax, title, f"{what.lower()} error", fontsize=6, ncol=2, loc="upper center",
-                    bbox_to_anchor=(0.5, -0.16))  # fmt: skip
+            _finish(
+                ax,
+                title,
+                f"{what.lower()} error",
+                fontsize=6,
+                ncol=2,
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.16),
+            )
         out["splitting_placement"] = fig
     return out

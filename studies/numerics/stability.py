@@ -285,7 +285,11 @@ def _layer(config: Config, eq, layer: int, u) -> Layer:
         method = wb.registry.UNSPLIT_METHODS[name]
         pred = wa.max_stable_step(method, decaying)
         obs = wa.observed_modal_max_stable_step(
-            method, jac, tau_max=3 * pred, decay_cutoff=cutoff, tol=config.amplification_tol,
+            method,
+            jac,
+            tau_max=3 * pred,
+            decay_cutoff=cutoff,
+            tol=config.amplification_tol,
             eigen=(lam, vecs),
         )
         steps[name] = _row(f"layer {layer}", name, pred, obs)

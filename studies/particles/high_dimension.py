@@ -255,9 +255,7 @@ def compute(config: Config) -> Results:
 
     rates = np.full((nb, nd, ns), np.nan)  # NaN: fewer than 4 saved times in the window
     for b, j, s in np.ndindex(nb, nd, ns):
-        fit = exponential_fit(
-            ts, spread[b, j, s], window=config.fit_window, min_points=4
-        )
+        fit = exponential_fit(ts, spread[b, j, s], window=config.fit_window, min_points=4)
         rates[b, j, s] = -fit.rate
     dims = np.asarray(config.dims, dtype=float)
     rows, fits = [], []

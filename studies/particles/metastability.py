@@ -214,9 +214,7 @@ def _batched(config: Config, *, dt, t1, save_ts, integrator):
     )
 
 
-def _fit_growth(
-    config: Config, per_beta: dict[str, StartsSummary]
-) -> GrowthFit | None:
+def _fit_growth(config: Config, per_beta: dict[str, StartsSummary]) -> GrowthFit | None:
     """Exponential fit of the median longest plateau against β over β ≥ 2, uncensored medians."""
     pts = [
         (beta, p.median_longest_duration)
@@ -353,9 +351,7 @@ def verdict(results: Results) -> str:
     return f"{word}. " + "; ".join(parts) + "."
 
 
-def _time_in_states(
-    p: StartsSummary, runs: list[CountSummary], t1: float
-) -> str:
+def _time_in_states(p: StartsSummary, runs: list[CountSummary], t1: float) -> str:
     """How long the runs sit with 2, 3, … clusters (median under 10 time units left out)."""
     parts = [
         f"{k} clusters in {sum(r.time_with[k] > 0 for r in runs)}/{len(runs)} starts for a "

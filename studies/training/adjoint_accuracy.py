@@ -85,16 +85,42 @@ class Config:
     """Seeds the random controls, inputs, classifier weights and labels."""
 
     def __post_init__(self):
-        check_positive(self, "d", "n", "num_heads", "num_layers", "hidden", "batch", "ladder",
-                       "depths", "cost_d", "cost_n", "cost_batch", "repeats", "order_tolerance")  # fmt: skip
+        check_positive(
+            self,
+            "d",
+            "n",
+            "num_heads",
+            "num_layers",
+            "hidden",
+            "batch",
+            "ladder",
+            "depths",
+            "cost_d",
+            "cost_n",
+            "cost_batch",
+            "repeats",
+            "order_tolerance",
+        )
         check_positive(self, "kinetic", allow_zero=True)
         check_choices(self, "schemes", wb.registry.SPLITTING_SCHEMES)
         check_choices(self, "cost_methods", COST_METHODS)
         check_nonempty(self, "schemes", "ladder", "depths")
-        check(self, "ladder", len(self.ladder) >= 3 and list(self.ladder) == sorted(set(self.ladder)),
-              "at least 3 increasing step counts")  # fmt: skip
-        check(self, "tsit5_ladder", not self.tsit5_ladder or (len(self.tsit5_ladder) >= 3 and list(self.tsit5_ladder) == sorted(set(self.tsit5_ladder))),
-              "empty, or at least 3 increasing step counts")  # fmt: skip
+        check(
+            self,
+            "ladder",
+            len(self.ladder) >= 3 and list(self.ladder) == sorted(set(self.ladder)),
+            "at least 3 increasing step counts",
+        )
+        check(
+            self,
+            "tsit5_ladder",
+            not self.tsit5_ladder
+            or (
+                len(self.tsit5_ladder) >= 3
+                and list(self.tsit5_ladder) == sorted(set(self.tsit5_ladder))
+            ),
+            "empty, or at least 3 increasing step counts",
+        )
         check_seed(self)
 
     def estimated_peak_bytes(self) -> int:
@@ -109,13 +135,27 @@ class Config:
 
         def gradient(*, d, n, hidden, layers, batch, steps, evaluations, item):
             return M.training_bytes(
-                params=M.encoder_parameters(d, hidden, layers) + 4 * d, batch=batch, tokens=n,
-                d=d, hidden=hidden, heads=self.num_heads, steps=steps, evaluations=evaluations,
-                eval_batch=0, itemsize=item, state_copies=3,
-            )  # fmt: skip
+                params=M.encoder_parameters(d, hidden, layers) + 4 * d,
+                batch=batch,
+                tokens=n,
+                d=d,
+                hidden=hidden,
+                heads=self.num_heads,
+                steps=steps,
+                evaluations=evaluations,
+                eval_batch=0,
+                itemsize=item,
+                state_copies=3,
+            )
 
-        small = dict(d=self.d, n=self.n, hidden=self.hidden, layers=self.num_layers,
-                     batch=self.batch, item=M.F64)  # fmt: skip
+        small = dict(
+            d=self.d,
+            n=self.n,
+            hidden=self.hidden,
+            layers=self.num_layers,
+            batch=self.batch,
+            item=M.F64,
+        )
         evaluations = max(M.scheme_evaluations(s) for s in self.schemes)
         parts = [
             gradient(**small, steps=self.num_layers * max(self.ladder), evaluations=evaluations)
@@ -124,15 +164,38 @@ class Config:
             steps = self.num_layers * max(self.tsit5_ladder)
             parts.append(gradient(**small, steps=steps, evaluations=14))
         depth = max(self.depths)
-        parts.append(gradient(d=self.cost_d, n=self.cost_n, hidden=2 * self.cost_d, layers=depth,
-                              batch=self.cost_batch, steps=depth, evaluations=2, item=M.F32))  # fmt: skip
+        parts.append(
+            gradient(
+                d=self.cost_d,
+                n=self.cost_n,
+                hidden=2 * self.cost_d,
+                layers=depth,
+                batch=self.cost_batch,
+                steps=depth,
+                evaluations=2,
+                item=M.F32,
+            )
+        )
         return max(parts)
 
 
 def smoke_config() -> Config:
-    return Config(d=8, n=4, hidden=16, batch=1, num_layers=1, schemes=("lie", "strang"),
-                  ladder=(2, 4, 8), tsit5_ladder=(), depths=(2, 8), cost_d=16, cost_n=8,
-                  cost_batch=4, cost_methods=("dto", "dto-every-step", "otd"), repeats=2)  # fmt: skip
+    return Config(
+        d=8,
+        n=4,
+        hidden=16,
+        batch=1,
+        num_layers=1,
+        schemes=("lie", "strang"),
+        ladder=(2, 4, 8),
+        tsit5_ladder=(),
+        depths=(2, 8),
+        cost_d=16,
+        cost_n=8,
+        cost_batch=4,
+        cost_methods=("dto", "dto-every-step", "otd"),
+        repeats=2,
+    )
 
 
 @dataclasses.dataclass
@@ -171,9 +234,17 @@ class _Given(eqx.Module):
 
 def _model(key, config, *, d, layers, scheme, steps, dtype):
     k1, k2 = jax.random.split(key)
-    tr = wbc.random_transformer(k1, d=d, num_heads=config.num_heads, num_layers=layers,
-                                hidden=2 * d if d != config.d else config.hidden, scheme=scheme,
-                                steps_per_layer=steps, output_scale=0.5, dtype=dtype)  # fmt: skip
+    tr = wbc.random_transformer(
+        k1,
+        d=d,
+        num_heads=config.num_heads,
+        num_layers=layers,
+        hidden=2 * d if d != config.d else config.hidden,
+        scheme=scheme,
+        steps_per_layer=steps,
+        output_scale=0.5,
+        dtype=dtype,
+    )
     head = wbc.ClassifierHead(d, 3, dtype=dtype)
     head = eqx.tree_at(lambda h: h.weight, head, jax.random.normal(k2, head.weight.shape, dtype))
     return wbc.ControlledModel(_Given(), tr, head)
@@ -211,8 +282,15 @@ def _accuracy(config: Config) -> list:
         scheme = wb.registry.SPLITTING_SCHEMES[name]
         gaps = []
         for k in config.ladder:
-            model = _model(kmodel, config, d=config.d, layers=config.num_layers, scheme=scheme,
-                           steps=k, dtype=jnp.float64)  # fmt: skip
+            model = _model(
+                kmodel,
+                config,
+                d=config.d,
+                layers=config.num_layers,
+                scheme=scheme,
+                steps=k,
+                dtype=jnp.float64,
+            )
             _, g_ref = dto(objective, model, xs, ys)
             _, g = otd(objective, model, xs, ys)
             gaps.append(_gap(g_ref, g))
@@ -220,14 +298,22 @@ def _accuracy(config: Config) -> list:
         order, ci = _fit(config.ladder, gaps, expected)
         ladders.append(Ladder(name, expected, list(config.ladder), gaps, order, ci))
     if config.tsit5_ladder:
-        model = _model(kmodel, config, d=config.d, layers=config.num_layers,
-                       scheme=wb.schemes.LieTrotter(), steps=1, dtype=jnp.float64)  # fmt: skip
+        model = _model(
+            kmodel,
+            config,
+            d=config.d,
+            layers=config.num_layers,
+            scheme=wb.schemes.LieTrotter(),
+            steps=1,
+            dtype=jnp.float64,
+        )
         eq, head = model.transformer.equation, model.head
 
         def loss(eq, k, adjoint):
             def one(x, y):
-                u1 = wb.integrate(eq, x, diffrax.Tsit5(), num_steps=k * eq.num_pieces,
-                                  adjoint=adjoint).y  # fmt: skip
+                u1 = wb.integrate(
+                    eq, x, diffrax.Tsit5(), num_steps=k * eq.num_pieces, adjoint=adjoint
+                ).y
                 return wbc.CrossEntropy()(head(u1), y)
 
             return jnp.mean(jax.vmap(one)(xs, ys))
@@ -263,8 +349,15 @@ def _costs(config: Config) -> list:
             method = GRADIENT_METHODS[name]()
             peaks, seconds, compiles = [], [], []
             for depth in config.depths:
-                model = _model(key, config, d=config.cost_d, layers=depth,
-                               scheme=wb.schemes.LieTrotter(), steps=1, dtype=jnp.float32)  # fmt: skip
+                model = _model(
+                    key,
+                    config,
+                    d=config.cost_d,
+                    layers=depth,
+                    scheme=wb.schemes.LieTrotter(),
+                    steps=1,
+                    dtype=jnp.float32,
+                )
                 params, static = eqx.partition(model, eqx.is_array)
 
                 @jax.jit
@@ -326,34 +419,42 @@ def verdict(results: Results) -> str:
 
 def report(results: Results) -> str:
     rows = [
-        (x.method, x.declared_order,
-         "—" if x.observed_order is None else f"{x.observed_order:.2f}",
-         "—" if x.ci is None else ci_cell(*x.ci),
-         " ".join(f"{g:.2e}" for g in x.relative_gaps))
+        (
+            x.method,
+            x.declared_order,
+            "—" if x.observed_order is None else f"{x.observed_order:.2f}",
+            "—" if x.ci is None else ci_cell(*x.ci),
+            " ".join(f"{g:.2e}" for g in x.relative_gaps),
+        )
         for x in results.ladders
-    ]  # fmt: skip
+    ]
     cost_rows = []
     for c in results.costs:
         for depth, peak, sec, comp in zip(
             c.depths, c.peak_temp_bytes, c.seconds, c.compile_seconds
         ):
             cost_rows.append((c.method, depth, peak / 2**20, 1e3 * sec, comp))
-    return "\n".join([
-        "Relative gap ‖g_adjoint − g_exact‖ / ‖g_exact‖ over the ladder of steps per layer "
-        f"{list(results.config.ladder)} (float64):",
-        "",
-        markdown_table(["method", "expected order", "observed", "95 % CI", "gaps"], rows),
-        "",
-        wide_ci_note(x.ci for x in results.ladders),
-        "Cost of one gradient (float32, Lie–Trotter, one step per layer, batch "
-        f"{results.config.cost_batch}, n = {results.config.cost_n}, d = {results.config.cost_d}; "
-        "peak temporary memory from XLA's compiled memory analysis; median wall time):",
-        "",
-        markdown_table(["method", "depth", "peak temp (MiB)", "ms / gradient", "compile (s)"],
-                       cost_rows, floatfmt=".3g"),  # fmt: skip
-        "",
-        f"Wall time {results.wall_time_s:.0f} s.",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "Relative gap ‖g_adjoint − g_exact‖ / ‖g_exact‖ over the ladder of steps per layer "
+            f"{list(results.config.ladder)} (float64):",
+            "",
+            markdown_table(["method", "expected order", "observed", "95 % CI", "gaps"], rows),
+            "",
+            wide_ci_note(x.ci for x in results.ladders),
+            "Cost of one gradient (float32, Lie–Trotter, one step per layer, batch "
+            f"{results.config.cost_batch}, n = {results.config.cost_n}, d = {results.config.cost_d}; "
+            "peak temporary memory from XLA's compiled memory analysis; median wall time):",
+            "",
+            markdown_table(
+                ["method", "depth", "peak temp (MiB)", "ms / gradient", "compile (s)"],
+                cost_rows,
+                floatfmt=".3g",
+            ),
+            "",
+            f"Wall time {results.wall_time_s:.0f} s.",
+        ]
+    )
 
 
 def figures(results: Results) -> dict:
@@ -363,13 +464,18 @@ def figures(results: Results) -> dict:
         h = 1.0 / np.asarray(x.steps_per_layer, float)
         label = f"{x.method} (observed {x.observed_order:.2f})" if x.observed_order else x.method
         ax.loglog(h, x.relative_gaps, "o-", label=label)
-    ax.set(xlabel="step τ (per unit time)", ylabel="relative gradient gap",
-           title="Continuous adjoint vs exact discrete gradient")  # fmt: skip
+    ax.set(
+        xlabel="step τ (per unit time)",
+        ylabel="relative gradient gap",
+        title="Continuous adjoint vs exact discrete gradient",
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     figs["orders"] = fig
-    for key, label, scale in (("memory", "peak temporary memory (MiB)", 2**-20),
-                              ("time", "ms per gradient", 1e3)):  # fmt: skip
+    for key, label, scale in (
+        ("memory", "peak temporary memory (MiB)", 2**-20),
+        ("time", "ms per gradient", 1e3),
+    ):
         fig, ax = new_figure(figsize=(6, 4.5))
         for c in results.costs:
             values = c.peak_temp_bytes if key == "memory" else c.seconds

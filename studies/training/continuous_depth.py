@@ -84,9 +84,14 @@ RECIPES = {
     "one-step": {"depth": "fixed", "kinetic": 0.0, "smoothness": 0.0, "coarsen": ()},
     "multi-resolution": {"depth": "multi-resolution"},
     "one-step-kinetic": {"depth": "fixed", "smoothness": 0.0, "coarsen": ()},
-    "strang": {"depth": "fixed", "kinetic": 0.0, "smoothness": 0.0, "scheme": "strang",
-               "coarsen": ()},
-}  # fmt: skip
+    "strang": {
+        "depth": "fixed",
+        "kinetic": 0.0,
+        "smoothness": 0.0,
+        "scheme": "strang",
+        "coarsen": (),
+    },
+}
 """Recipe name -> the `train-digits` fields it sets (the others come from the config)."""
 
 
@@ -137,20 +142,41 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
         T.check_training_fields(self)
         check_seed(self)
         check_positive(self, "epochs", "timing_repeats", "adaptive_margin")
-        check(self, "recipes", len(self.recipes) >= 1 and set(self.recipes) <= set(RECIPES)
-              and len(set(self.recipes)) == len(self.recipes),
-              f"distinct names of {', '.join(RECIPES)}")  # fmt: skip
-        check(self, "tolerances", len(self.tolerances) >= 1 and all(
-            isinstance(t, (int, float)) and 0 < t < 1 for t in self.tolerances),
-            "numbers in (0, 1)")  # fmt: skip
+        check(
+            self,
+            "recipes",
+            len(self.recipes) >= 1
+            and set(self.recipes) <= set(RECIPES)
+            and len(set(self.recipes)) == len(self.recipes),
+            f"distinct names of {', '.join(RECIPES)}",
+        )
+        check(
+            self,
+            "tolerances",
+            len(self.tolerances) >= 1
+            and all(isinstance(t, (int, float)) and 0 < t < 1 for t in self.tolerances),
+            "numbers in (0, 1)",
+        )
         check_nonempty(self, "adaptive_solvers")
         check_choices(self, "adaptive_solvers", ADAPTIVE_SOLVERS)
-        check(self, "adaptive_solvers", len(set(self.adaptive_solvers)) == len(self.adaptive_solvers),
-              "distinct names")  # fmt: skip
-        check(self, "num_layers", self.num_layers % 2 == 0, "an even number (the compression "
-              "halves the layers)")  # fmt: skip
-        check(self, "steps_per_layer", self.steps_per_layer == 1,
-              "1 (every recipe's network keeps one step per layer as its own)")  # fmt: skip
+        check(
+            self,
+            "adaptive_solvers",
+            len(set(self.adaptive_solvers)) == len(self.adaptive_solvers),
+            "distinct names",
+        )
+        check(
+            self,
+            "num_layers",
+            self.num_layers % 2 == 0,
+            "an even number (the compression halves the layers)",
+        )
+        check(
+            self,
+            "steps_per_layer",
+            self.steps_per_layer == 1,
+            "1 (every recipe's network keeps one step per layer as its own)",
+        )
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
         T.check_resolutions(self)
         T.check_coarsen(self)
@@ -171,9 +197,20 @@ the certificate's)."""
 
 
 def smoke_config() -> Config:
-    return Config(epochs=6, d=16, num_heads=2, num_layers=2, hidden=32, warmup=10,
-                  checkpoint_every=50, certificate_examples=1, max_spread=0.05,
-                  target_accuracy=0.5, tolerances=(1e-1, 1e-2), timing_repeats=3)  # fmt: skip
+    return Config(
+        epochs=6,
+        d=16,
+        num_heads=2,
+        num_layers=2,
+        hidden=32,
+        warmup=10,
+        checkpoint_every=50,
+        certificate_examples=1,
+        max_spread=0.05,
+        target_accuracy=0.5,
+        tolerances=(1e-1, 1e-2),
+        timing_repeats=3,
+    )
 
 
 @dataclasses.dataclass
@@ -237,14 +274,29 @@ def _compression(model, test, repeats: int) -> dict:
     )
     a2, a1, ac = (wbc.evaluate(m, test) for m in (two, one, coarse))
     return {
-        "half_steps": {"from_steps_per_layer": 2, "to_steps_per_layer": 1, "accuracy_from": a2,
-                       "accuracy_to": a1, "points_lost": 100 * (a2 - a1), "seconds_from": t2,
-                       "seconds_to": t1, "speedup": t2 / t1, **_paired(l2, l1, test)},
-        "half_basis": {"layers_from": model.transformer.num_layers,
-                       "layers_to": coarse.transformer.num_layers, "accuracy_from": a1,
-                       "accuracy_to": ac, "points_lost": 100 * (a1 - ac), "seconds_from": t1,
-                       "seconds_to": tc, "speedup": t1 / tc, **_paired(l1, lc, test)},
-    }  # fmt: skip
+        "half_steps": {
+            "from_steps_per_layer": 2,
+            "to_steps_per_layer": 1,
+            "accuracy_from": a2,
+            "accuracy_to": a1,
+            "points_lost": 100 * (a2 - a1),
+            "seconds_from": t2,
+            "seconds_to": t1,
+            "speedup": t2 / t1,
+            **_paired(l2, l1, test),
+        },
+        "half_basis": {
+            "layers_from": model.transformer.num_layers,
+            "layers_to": coarse.transformer.num_layers,
+            "accuracy_from": a1,
+            "accuracy_to": ac,
+            "points_lost": 100 * (a1 - ac),
+            "seconds_from": t1,
+            "seconds_to": tc,
+            "speedup": t1 / tc,
+            **_paired(l1, lc, test),
+        },
+    }
 
 
 def _whole_layer_evaluations(solver, layers: int) -> int | None:
@@ -255,8 +307,9 @@ def _whole_layer_evaluations(solver, layers: int) -> int | None:
     return None if tableau is None else layers * (len(tableau.c) + 1)
 
 
-def _adaptive(model, test, accuracy_by_factor, tolerances, margin: float,
-              solvers=("heun", "bosh3")) -> dict:  # fmt: skip
+def _adaptive(
+    model, test, accuracy_by_factor, tolerances, margin: float, solvers=("heun", "bosh3")
+) -> dict:
     layers = model.transformer.num_layers
     fixed_evals = [k * layers for k in FACTORS]  # Lie: each operator once per step
     reference = accuracy_by_factor[-1]
@@ -274,8 +327,9 @@ def _adaptive(model, test, accuracy_by_factor, tolerances, margin: float,
             runs.append(run)
     good = [r for r in runs if abs(r["accuracy"] - reference) <= margin]
     best = min(good, key=lambda r: r["mean_evaluations"]) if good else None
-    ratio = (best["mean_evaluations"] / cheapest_fixed
-             if best is not None and cheapest_fixed else None)  # fmt: skip
+    ratio = (
+        best["mean_evaluations"] / cheapest_fixed if best is not None and cheapest_fixed else None
+    )
     return {
         "runs": runs,
         "fixed_steps_per_layer": list(FACTORS),
@@ -290,13 +344,27 @@ def _adaptive(model, test, accuracy_by_factor, tolerances, margin: float,
 
 def compute(config: Config, *, run_dir=None) -> Results:
     start = time.perf_counter()
-    rows = {k: [] for k in ("acc", "second", "names", "spread", "consistent", "order",
-                            "expected", "time", "compression", "adaptive")}  # fmt: skip
+    rows = {
+        k: []
+        for k in (
+            "acc",
+            "second",
+            "names",
+            "spread",
+            "consistent",
+            "order",
+            "expected",
+            "time",
+            "compression",
+            "adaptive",
+        )
+    }
     with jax.enable_x64(False):
         task = wbc.digits(config.seed)
         for recipe in config.recipes:
-            results, trained = train_digits.train(config.digits_config(recipe),
-                                                  run_dir=T.subfolder(run_dir, recipe))  # fmt: skip
+            results, trained = train_digits.train(
+                config.digits_config(recipe), run_dir=T.subfolder(run_dir, recipe)
+            )
             model = trained.model
             cert = results.certificate or {}
             refined = cert.get("accuracy") or dataclasses.asdict(
@@ -313,9 +381,16 @@ def compute(config: Config, *, run_dir=None) -> Results:
             rows["expected"].append(model.transformer.expected_order)
             rows["time"].append(T.training_seconds(trained, results))
             rows["compression"].append(_compression(model, task.test, config.timing_repeats))
-            rows["adaptive"].append(_adaptive(model, task.test, acc, config.tolerances,
-                                              config.adaptive_margin,
-                                              config.adaptive_solvers))  # fmt: skip
+            rows["adaptive"].append(
+                _adaptive(
+                    model,
+                    task.test,
+                    acc,
+                    config.tolerances,
+                    config.adaptive_margin,
+                    config.adaptive_solvers,
+                )
+            )
     return Results(
         config=config,
         accuracy=np.asarray(rows["acc"], float),
@@ -334,8 +409,11 @@ def compute(config: Config, *, run_dir=None) -> Results:
 
 def _faithful(r: Results, i: int) -> bool:
     c = r.config
-    return bool(r.accuracy[i, 0] >= c.target_accuracy and r.spread[i] <= c.max_spread
-                and r.consistent[i] == 1.0)  # fmt: skip
+    return bool(
+        r.accuracy[i, 0] >= c.target_accuracy
+        and r.spread[i] <= c.max_spread
+        and r.consistent[i] == 1.0
+    )
 
 
 def verdict(results: Results) -> str:
@@ -378,16 +456,28 @@ def report(results: Results) -> str:
     from studies._toolkit.report import markdown_table
 
     r, c = results, results.config
-    head = ["recipe", *(f"{k}×" for k in FACTORS), "second scheme at 16×", "spread (points)",
-            "consistent", "observed order (expected)", "training time"]  # fmt: skip
+    head = [
+        "recipe",
+        *(f"{k}×" for k in FACTORS),
+        "second scheme at 16×",
+        "spread (points)",
+        "consistent",
+        "observed order (expected)",
+        "training time",
+    ]
     rows = []
     for i, name in enumerate(c.recipes):
-        rows.append((name, *(f"{100 * a:.2f} %" for a in r.accuracy[i]),
-                     f"{r.second_scheme[i]} {100 * r.second_accuracy[i]:.2f} %",
-                     f"{100 * r.spread[i]:.2f}",
-                     "n/a" if np.isnan(r.consistent[i]) else str(bool(r.consistent[i])),
-                     f"{_fmt(r.observed_order[i])} ({r.expected_order[i]:g})",
-                     f"{r.training_time_s[i]:.0f} s"))  # fmt: skip
+        rows.append(
+            (
+                name,
+                *(f"{100 * a:.2f} %" for a in r.accuracy[i]),
+                f"{r.second_scheme[i]} {100 * r.second_accuracy[i]:.2f} %",
+                f"{100 * r.spread[i]:.2f}",
+                "n/a" if np.isnan(r.consistent[i]) else str(bool(r.consistent[i])),
+                f"{_fmt(r.observed_order[i])} ({r.expected_order[i]:g})",
+                f"{r.training_time_s[i]:.0f} s",
+            )
+        )
     chead = [
         "recipe",
         "2 → 1 step/layer: points lost",
@@ -400,18 +490,39 @@ def report(results: Results) -> str:
     crows = []
     for i, name in enumerate(c.recipes):
         h, b = r.compression[i]["half_steps"], r.compression[i]["half_basis"]
-        crows.append((name, f"{h['points_lost']:+.2f}", _discordant(h), f"{h['speedup']:.2f}×",
-                      f"{b['points_lost']:+.2f}", _discordant(b), f"{b['speedup']:.2f}×"))  # fmt: skip
-    ahead = ["recipe", "solver", "tolerance", "accuracy",
-             "evaluations per example (mean ± std, range)"]  # fmt: skip
+        crows.append(
+            (
+                name,
+                f"{h['points_lost']:+.2f}",
+                _discordant(h),
+                f"{h['speedup']:.2f}×",
+                f"{b['points_lost']:+.2f}",
+                _discordant(b),
+                f"{b['speedup']:.2f}×",
+            )
+        )
+    ahead = [
+        "recipe",
+        "solver",
+        "tolerance",
+        "accuracy",
+        "evaluations per example (mean ± std, range)",
+    ]
     arows, lines = [], []
     for i, name in enumerate(c.recipes):
         a = r.adaptive[i]
         for run in a["runs"]:
-            arows.append((name, run["solver"], f"{run['rtol']:g}", f"{100 * run['accuracy']:.2f} %",
-                          f"{run['mean_evaluations']:.1f} ± {run['std_evaluations']:.1f} "
-                          f"({run['min_evaluations']}–{run['max_evaluations']})"
-                          + (" (one step per layer)" if run.get("whole_layer_steps") else "")))  # fmt: skip
+            arows.append(
+                (
+                    name,
+                    run["solver"],
+                    f"{run['rtol']:g}",
+                    f"{100 * run['accuracy']:.2f} %",
+                    f"{run['mean_evaluations']:.1f} ± {run['std_evaluations']:.1f} "
+                    f"({run['min_evaluations']}–{run['max_evaluations']})"
+                    + (" (one step per layer)" if run.get("whole_layer_steps") else ""),
+                )
+            )
         best = a["cheapest_adaptive"]
         lines.append(
             f"- {name}: 16× grid {100 * a['reference_accuracy']:.2f} %; cheapest fixed grid "
@@ -463,26 +574,47 @@ def figures(results: Results) -> dict:
     fig, ax = new_figure(figsize=(6.5, 4.2))
     for i, name in enumerate(c.recipes):
         ax.plot(FACTORS, 100 * r.accuracy[i], "o-", color=f"C{i}", label=name)
-        ax.plot([FACTORS[-1]], [100 * r.second_accuracy[i]], "s", color=f"C{i}", mfc="none",
-                label=f"{name}, {r.second_scheme[i]} at 16×")  # fmt: skip
+        ax.plot(
+            [FACTORS[-1]],
+            [100 * r.second_accuracy[i]],
+            "s",
+            color=f"C{i}",
+            mfc="none",
+            label=f"{name}, {r.second_scheme[i]} at 16×",
+        )
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="steps per layer at inference", ylabel="held-out accuracy (%)",
-           title=f"continuous-depth: trained at one step per layer, seed {c.seed}")  # fmt: skip
+    ax.set(
+        xlabel="steps per layer at inference",
+        ylabel="held-out accuracy (%)",
+        title=f"continuous-depth: trained at one step per layer, seed {c.seed}",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig2, ax2 = new_figure(figsize=(6.5, 4.2))
     for i, name in enumerate(c.recipes):
         a = r.adaptive[i]
-        ax2.plot(a["fixed_evaluations"], 100 * np.asarray(a["fixed_accuracy"]), "o-",
-                 color=f"C{i}", label=f"{name}, fixed Lie grids")  # fmt: skip
+        ax2.plot(
+            a["fixed_evaluations"],
+            100 * np.asarray(a["fixed_accuracy"]),
+            "o-",
+            color=f"C{i}",
+            label=f"{name}, fixed Lie grids",
+        )
         for j, solver in enumerate(c.adaptive_solvers):
             runs = [x for x in a["runs"] if x["solver"] == type(ODE_SOLVERS[solver]).__name__]
-            ax2.plot([x["mean_evaluations"] for x in runs], [100 * x["accuracy"] for x in runs],
-                     "^v<>sd"[j % 6] + "--", color=f"C{i}",
-                     label=f"{name}, adaptive ({solver})")  # fmt: skip
+            ax2.plot(
+                [x["mean_evaluations"] for x in runs],
+                [100 * x["accuracy"] for x in runs],
+                "^v<>sd"[j % 6] + "--",
+                color=f"C{i}",
+                label=f"{name}, adaptive ({solver})",
+            )
     ax2.set_xscale("log", base=2)
-    ax2.set(xlabel="field evaluations per example", ylabel="held-out accuracy (%)",
-            title="adaptive against fixed grids")  # fmt: skip
+    ax2.set(
+        xlabel="field evaluations per example",
+        ylabel="held-out accuracy (%)",
+        title="adaptive against fixed grids",
+    )
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=8)
     return {"refinement": fig, "adaptive": fig2}

@@ -62,7 +62,9 @@ VARIANTS = ("without", "with")
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(d=32, num_heads=2, hidden=64, warmup=50, checkpoint_every=200, epochs=30, smoothness=0.001)
+@defaults(
+    d=32, num_heads=2, hidden=64, warmup=50, checkpoint_every=200, epochs=30, smoothness=0.001
+)
 class Config(Ladder, Smoothness, Patch, Epochs, WeightDecay, TrainingFields):
     continue_epochs: int = 5
     """Epochs of each continuation (2N, then 4N steps)."""
@@ -74,8 +76,15 @@ class Config(Ladder, Smoothness, Patch, Epochs, WeightDecay, TrainingFields):
     def __post_init__(self):
         T.check_model_fields(self)
         check_seed(self)
-        check_positive(self, "epochs", "continue_epochs", "continue_learning_rate", "smoothness",
-                       "examples", "max_change")  # fmt: skip
+        check_positive(
+            self,
+            "epochs",
+            "continue_epochs",
+            "continue_learning_rate",
+            "smoothness",
+            "examples",
+            "max_change",
+        )
         check_positive(self, "weight_decay", allow_zero=True)
         check_choices(self, "controls", T.CONTROLS)
         check(self, "patch", self.patch in (1, 2, 4, 8), "one of 1, 2, 4, 8 (divides 8)")
@@ -83,10 +92,11 @@ class Config(Ladder, Smoothness, Patch, Epochs, WeightDecay, TrainingFields):
         check(
             self,
             "ladder",
-            len(self.ladder) >= 2 and all(isinstance(k, int) and k >= 1 for k in self.ladder)
+            len(self.ladder) >= 2
+            and all(isinstance(k, int) and k >= 1 for k in self.ladder)
             and list(self.ladder) == sorted(set(self.ladder)),
             "at least two increasing positive integers",
-        )  # fmt: skip
+        )
 
     def estimated_peak_bytes(self) -> int:
         """Peak bytes of `compute` (`studies._toolkit.memory.digits_training_bytes`, float32) at its
@@ -110,8 +120,17 @@ the fields that decide the trained trajectories, not those evaluated afterwards.
 
 
 def smoke_config() -> Config:
-    return Config(epochs=4, continue_epochs=1, d=16, num_layers=2, hidden=32, warmup=10,
-                  ladder=(1, 2, 4), examples=1, checkpoint_every=50)  # fmt: skip
+    return Config(
+        epochs=4,
+        continue_epochs=1,
+        d=16,
+        num_layers=2,
+        hidden=32,
+        warmup=10,
+        ladder=(1, 2, 4),
+        examples=1,
+        checkpoint_every=50,
+    )
 
 
 @dataclasses.dataclass
@@ -164,9 +183,14 @@ def compute(config: Config, *, run_dir=None) -> Results:
             objective = wbc.Objective(
                 wbc.CrossEntropy(), None, (wbc.ControlSmoothness(weight),) if weight else ()
             )
-            model = T.digits_model(config, jax.random.key(config.seed), scheme,
-                                   config.steps_per_layer, kernel_size=config.patch,
-                                   stride=config.patch)  # fmt: skip
+            model = T.digits_model(
+                config,
+                jax.random.key(config.seed),
+                scheme,
+                config.steps_per_layer,
+                kernel_size=config.patch,
+                stride=config.patch,
+            )
             model = T.with_controls(model, config.controls)
             for s, factor in enumerate(STAGES):
                 if s:
@@ -175,12 +199,18 @@ def compute(config: Config, *, run_dir=None) -> Results:
                 steps = (config.epochs if s == 0 else config.continue_epochs) * per_epoch
                 result = wbc.train(
                     wbc.TrainStep(_optimizer(config, steps, s == 0), objective=objective),
-                    model, task.train, steps=steps, batch_size=config.batch_size,
-                    seed=config.seed + s, eval_data=task.test, eval_every=steps, log_every=10,
+                    model,
+                    task.train,
+                    steps=steps,
+                    batch_size=config.batch_size,
+                    seed=config.seed + s,
+                    eval_data=task.test,
+                    eval_every=steps,
+                    log_every=10,
                     run_dir=T.subfolder(run_dir, f"{variant}-smoothness/{factor}N"),
                     checkpoint_every=config.checkpoint_every,
                     fingerprint={**T.fingerprint(config), "variant": variant, "stage": factor},
-                )  # fmt: skip
+                )
                 model = result.model
                 for f, k in enumerate(FACTORS):
                     accuracy[v, s, f] = wbc.evaluate(
@@ -189,8 +219,7 @@ def compute(config: Config, *, run_dir=None) -> Results:
                 if s == 0:
                     refined[v, 0] = accuracy[v, 0, 0]
                 smooth[v, s] = _smoothness(model)
-                lad = T.refinement_ladder(model, task.test.inputs[: config.examples],
-                                          config.ladder)  # fmt: skip
+                lad = T.refinement_ladder(model, task.test.inputs[: config.examples], config.ladder)
                 errors[v, s] = lad["errors"]
                 if lad["observed_order"] is not None:
                     orders[v, s] = lad["observed_order"]
@@ -271,22 +300,38 @@ def figures(results: Results) -> dict:
     styles = {"without": "--", "with": "-"}
     for v, variant in enumerate(VARIANTS):
         for s, factor in enumerate(STAGES):
-            ax.plot([factor * k * n for k in FACTORS], 100 * r.accuracy[v, s], styles[variant],
-                    marker="o", color=f"C{s}",
-                    label=f"trained at {factor}N, {variant} smoothness")  # fmt: skip
+            ax.plot(
+                [factor * k * n for k in FACTORS],
+                100 * r.accuracy[v, s],
+                styles[variant],
+                marker="o",
+                color=f"C{s}",
+                label=f"trained at {factor}N, {variant} smoothness",
+            )
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="inference steps", ylabel="held-out accuracy (%)",
-           title=f"depth-refinement: N = {n}, seed {c.seed}")  # fmt: skip
+    ax.set(
+        xlabel="inference steps",
+        ylabel="held-out accuracy (%)",
+        title=f"depth-refinement: N = {n}, seed {c.seed}",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig2, ax2 = new_figure(figsize=(6.5, 4.2))
     for v, variant in enumerate(VARIANTS):
         for s, factor in enumerate(STAGES):
-            ax2.loglog([factor * k * n for k in c.ladder], r.errors[v, s], styles[variant],
-                       marker="o", color=f"C{s}",
-                       label=f"trained at {factor}N, {variant} smoothness")  # fmt: skip
-    ax2.set(xlabel="steps", ylabel="max-abs error of u(T) vs Dopri8",
-            title=f"trained networks against their equation ({c.scheme})")  # fmt: skip
+            ax2.loglog(
+                [factor * k * n for k in c.ladder],
+                r.errors[v, s],
+                styles[variant],
+                marker="o",
+                color=f"C{s}",
+                label=f"trained at {factor}N, {variant} smoothness",
+            )
+    ax2.set(
+        xlabel="steps",
+        ylabel="max-abs error of u(T) vs Dopri8",
+        title=f"trained networks against their equation ({c.scheme})",
+    )
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend(fontsize=8)
     return {"accuracy": fig, "errors": fig2}

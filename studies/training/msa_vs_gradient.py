@@ -66,11 +66,23 @@ class Config(Patch, Steps, TrainingFields):
     def __post_init__(self):
         T.check_model_fields(self)
         check_seed(self)
-        check_positive(self, "steps", "msa_rho", "msa_inner_steps", "msa_inner_learning_rate",
-                       "msa_outer_learning_rate", "window", "max_excess")  # fmt: skip
+        check_positive(
+            self,
+            "steps",
+            "msa_rho",
+            "msa_inner_steps",
+            "msa_inner_learning_rate",
+            "msa_outer_learning_rate",
+            "window",
+            "max_excess",
+        )
         check(self, "patch", self.patch in (1, 2, 4, 8), "one of 1, 2, 4, 8 (divides 8)")
-        check(self, "steps", self.steps >= 10 * self.window, f"at least 10 · window = "
-              f"{10 * self.window} (one averaged value)")  # fmt: skip
+        check(
+            self,
+            "steps",
+            self.steps >= 10 * self.window,
+            f"at least 10 · window = {10 * self.window} (one averaged value)",
+        )
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
 
     def estimated_peak_bytes(self) -> int:
@@ -92,8 +104,9 @@ the fields that decide the trained trajectories, not those evaluated afterwards.
 
 
 def smoke_config() -> Config:
-    return Config(steps=60, d=16, num_heads=2, num_layers=2, hidden=32, window=2,
-                  checkpoint_every=30)  # fmt: skip
+    return Config(
+        steps=60, d=16, num_heads=2, num_layers=2, hidden=32, window=2, checkpoint_every=30
+    )
 
 
 METHODS = ("adam", "emsa", "msa")
@@ -134,19 +147,26 @@ def _averaged(seconds, objective, t, window):
 
 def _adam(config: Config) -> wbc.TrainStep:
     schedule = optax.warmup_cosine_decay_schedule(
-        0.0, config.learning_rate, min(config.warmup, config.steps - 1), config.steps,
+        0.0,
+        config.learning_rate,
+        min(config.warmup, config.steps - 1),
+        config.steps,
         config.learning_rate * 0.01,
-    )  # fmt: skip
+    )
     return wbc.TrainStep(optax.chain(optax.clip_by_global_norm(config.clip), optax.adam(schedule)))
 
 
 def _successive_approximations(config: Config, rho: float) -> wbc.TrainStep:
     # The method applies its own update (sgd(1.0)): the optimizer given here is not used.
-    return wbc.TrainStep(optax.sgd(1.0), method=wbc.SuccessiveApproximations(
-        rho=rho, inner_steps=config.msa_inner_steps,
-        inner_learning_rate=config.msa_inner_learning_rate,
-        outer_learning_rate=config.msa_outer_learning_rate,
-    ))  # fmt: skip
+    return wbc.TrainStep(
+        optax.sgd(1.0),
+        method=wbc.SuccessiveApproximations(
+            rho=rho,
+            inner_steps=config.msa_inner_steps,
+            inner_learning_rate=config.msa_inner_learning_rate,
+            outer_learning_rate=config.msa_outer_learning_rate,
+        ),
+    )
 
 
 STEPS = {
@@ -165,14 +185,28 @@ def compute(config: Config, *, run_dir=None) -> Results:
         task = wbc.digits(config.seed)
         scheme, k = wb.registry.SPLITTING_SCHEMES[config.scheme], config.steps_per_layer
         for name in methods:
-            model = T.digits_model(config, jax.random.key(config.seed), scheme, k,
-                                   kernel_size=config.patch, stride=config.patch)  # fmt: skip
+            model = T.digits_model(
+                config,
+                jax.random.key(config.seed),
+                scheme,
+                k,
+                kernel_size=config.patch,
+                stride=config.patch,
+            )
             result = wbc.train(
-                STEPS[name](config), model, task.train, steps=config.steps,
-                batch_size=config.batch_size, seed=config.seed, eval_data=task.test, eval_every=config.steps, log_every=10,
-                run_dir=T.subfolder(run_dir, name), checkpoint_every=config.checkpoint_every,
+                STEPS[name](config),
+                model,
+                task.train,
+                steps=config.steps,
+                batch_size=config.batch_size,
+                seed=config.seed,
+                eval_data=task.test,
+                eval_every=config.steps,
+                log_every=10,
+                run_dir=T.subfolder(run_dir, name),
+                checkpoint_every=config.checkpoint_every,
                 fingerprint={**T.fingerprint(config), "method": name},
-            )  # fmt: skip
+            )
             curves.append(T.curve(result))
             accuracy.append(wbc.evaluate(result.model, task.test))
             rates.append(result.steps_per_second)
@@ -220,11 +254,16 @@ def report(results: Results) -> str:
 
     c, r = results.config, results
     rows = [
-        (LABELS[m], f"{r.steps_per_second[i]:.1f}", f"{r.compile_time_s[i]:.1f}",
-         f"{r.objective_at_equal_time[i]:.3f}", f"{r.objective_at_end[i]:.3f}",
-         f"{100 * r.test_accuracy[i]:.1f} %")
+        (
+            LABELS[m],
+            f"{r.steps_per_second[i]:.1f}",
+            f"{r.compile_time_s[i]:.1f}",
+            f"{r.objective_at_equal_time[i]:.3f}",
+            f"{r.objective_at_end[i]:.3f}",
+            f"{100 * r.test_accuracy[i]:.1f} %",
+        )
         for i, m in enumerate(r.methods)
-    ]  # fmt: skip
+    ]
     return "\n".join(
         [
             f"Digits, {c.num_layers} layers of width {c.d} ({c.num_heads} heads, feed-forward "
@@ -244,7 +283,7 @@ def report(results: Results) -> str:
                     "held-out accuracy",
                 ],
                 rows,
-            ),  # fmt: skip
+            ),
             "",
             f"Wall time {r.wall_time_s:.0f} s.",
         ]

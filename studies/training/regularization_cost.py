@@ -49,14 +49,21 @@ SUMMARY = "Kinetic and smoothness costs vs held-out accuracy and the steps a pla
 def _weights_ok(values) -> bool:
     return (
         len(values) >= 1
-        and all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0
-                for w in values)
+        and all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in values)
         and 0 in values
-    )  # fmt: skip
+    )
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(d=32, num_heads=2, hidden=64, warmup=50, checkpoint_every=200, epochs=20, ladder=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32))
+@defaults(
+    d=32,
+    num_heads=2,
+    hidden=64,
+    warmup=50,
+    checkpoint_every=200,
+    epochs=20,
+    ladder=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
+)
 class Config(Ladder, Patch, Epochs, WeightDecay, TrainingFields):
     kinetic_weights: tuple[float, ...] = (0.0, 1e-3, 1e-2)
     """λ_K values (must include 0)."""
@@ -83,10 +90,11 @@ class Config(Ladder, Patch, Epochs, WeightDecay, TrainingFields):
         check(
             self,
             "ladder",
-            len(self.ladder) >= 2 and all(isinstance(k, int) and k >= 1 for k in self.ladder)
+            len(self.ladder) >= 2
+            and all(isinstance(k, int) and k >= 1 for k in self.ladder)
             and list(self.ladder) == sorted(set(self.ladder)),
             "at least two increasing positive integers",
-        )  # fmt: skip
+        )
 
     def estimated_peak_bytes(self) -> int:
         """Peak bytes of `compute` (`studies._toolkit.memory.digits_training_bytes`, float32), one
@@ -107,9 +115,19 @@ the fields that decide the trained trajectories, not those evaluated afterwards.
 
 
 def smoke_config() -> Config:
-    return Config(epochs=3, d=16, num_layers=2, hidden=32, warmup=10, kinetic_weights=(0.0, 1e-2),
-                  smoothness_weights=(0.0,), ladder=(1, 2, 4, 8), examples=1, tolerance=1e-2,
-                  checkpoint_every=50)  # fmt: skip
+    return Config(
+        epochs=3,
+        d=16,
+        num_layers=2,
+        hidden=32,
+        warmup=10,
+        kinetic_weights=(0.0, 1e-2),
+        smoothness_weights=(0.0,),
+        ladder=(1, 2, 4, 8),
+        examples=1,
+        tolerance=1e-2,
+        checkpoint_every=50,
+    )
 
 
 @dataclasses.dataclass
@@ -156,9 +174,14 @@ def compute(config: Config, *, run_dir=None) -> Results:
         scheme = wb.registry.SPLITTING_SCHEMES[config.scheme]
         plan_scheme = wb.registry.SPLITTING_SCHEMES[config.plan_scheme]
         for lam_k, lam_s in pairs:
-            model = T.digits_model(config, jax.random.key(config.seed), scheme,
-                                   config.steps_per_layer, kernel_size=config.patch,
-                                   stride=config.patch)  # fmt: skip
+            model = T.digits_model(
+                config,
+                jax.random.key(config.seed),
+                scheme,
+                config.steps_per_layer,
+                kernel_size=config.patch,
+                stride=config.patch,
+            )
             model = T.with_controls(model, config.controls)
             objective = wbc.Objective(
                 wbc.CrossEntropy(),
@@ -166,21 +189,31 @@ def compute(config: Config, *, run_dir=None) -> Results:
                 (wbc.ControlSmoothness(lam_s),) if lam_s else (),
             )
             optimizer = wbc.default_optimizer(
-                config.learning_rate, steps=steps, warmup=config.warmup,
-                weight_decay=config.weight_decay, clip=config.clip,
-            )  # fmt: skip
+                config.learning_rate,
+                steps=steps,
+                warmup=config.warmup,
+                weight_decay=config.weight_decay,
+                clip=config.clip,
+            )
             result = wbc.train(
-                wbc.TrainStep(optimizer, objective=objective), model, task.train, steps=steps,
-                batch_size=config.batch_size, seed=config.seed,
-                eval_data=task.test, eval_every=steps, log_every=10,
+                wbc.TrainStep(optimizer, objective=objective),
+                model,
+                task.train,
+                steps=steps,
+                batch_size=config.batch_size,
+                seed=config.seed,
+                eval_data=task.test,
+                eval_every=steps,
+                log_every=10,
                 run_dir=T.subfolder(run_dir, f"kinetic-{lam_k:g}-smoothness-{lam_s:g}"),
                 checkpoint_every=config.checkpoint_every,
                 fingerprint={**T.fingerprint(config), "kinetic": lam_k, "smoothness": lam_s},
-            )  # fmt: skip
+            )
             acc.append(wbc.evaluate(result.model, task.test))
             energy.append(float(_kinetic(result.model, jnp.asarray(task.test.inputs))))
-            lad = T.refinement_ladder(result.model, task.test.inputs[: config.examples],
-                                      config.ladder, scheme=plan_scheme)  # fmt: skip
+            lad = T.refinement_ladder(
+                result.model, task.test.inputs[: config.examples], config.ladder, scheme=plan_scheme
+            )
             errors.append(lad["errors"])
             needed.append(_needed(lad["errors"], config.ladder, config.tolerance))
             orders.append(np.nan if lad["observed_order"] is None else lad["observed_order"])
@@ -249,9 +282,15 @@ def report(results: Results) -> str:
                 "n/a" if np.isnan(order) else f"{order:.2f}",
             )
         )
-    head = ["λ_K", "λ_s", "held-out accuracy", "kinetic energy",
-            f"error at 1 step/layer ({c.plan_scheme})", f"steps/layer for {c.tolerance:g}",
-            "observed order"]  # fmt: skip
+    head = [
+        "λ_K",
+        "λ_s",
+        "held-out accuracy",
+        "kinetic energy",
+        f"error at 1 step/layer ({c.plan_scheme})",
+        f"steps/layer for {c.tolerance:g}",
+        "observed order",
+    ]
     return "\n".join(
         [
             f"Digits, {c.d}-wide pre-norm equation with {c.controls} controls, {c.num_layers} "
@@ -275,16 +314,22 @@ def figures(results: Results) -> dict:
     for i in range(len(cost)):
         ax.scatter(cost[i], 100 * r.test_accuracy[i], color=f"C{i}", label=_name(r, i))
     ax.set_xscale("log", base=2)
-    ax.set(xlabel=f"{c.plan_scheme} steps per layer for error ≤ {c.tolerance:g}",
-           ylabel="held-out accuracy (%)", title="regularization-cost: accuracy vs steps")  # fmt: skip
+    ax.set(
+        xlabel=f"{c.plan_scheme} steps per layer for error ≤ {c.tolerance:g}",
+        ylabel="held-out accuracy (%)",
+        title="regularization-cost: accuracy vs steps",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig2, ax2 = new_figure(figsize=(6.5, 4.2))
     for i in range(len(cost)):
         ax2.loglog(c.ladder, r.errors[i], "o-", color=f"C{i}", label=_name(r, i))
     ax2.axhline(c.tolerance, color="gray", ls="--", lw=1, label="tolerance")
-    ax2.set(xlabel="steps per layer", ylabel="max-abs error of u(T) vs Dopri8",
-            title=f"trained models against their equation ({c.plan_scheme})")  # fmt: skip
+    ax2.set(
+        xlabel="steps per layer",
+        ylabel="max-abs error of u(T) vs Dopri8",
+        title=f"trained models against their equation ({c.plan_scheme})",
+    )
     ax2.grid(True, which="both", alpha=0.3)
     ax2.legend(fontsize=8)
     return {"cost": fig, "errors": fig2}

@@ -99,8 +99,12 @@ class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFiel
         check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
         check_choices(self, "embedding", EMBEDDINGS)
         check(self, "patch_size", self.patch_size in (1, 2, 4, 8), "1, 2, 4 or 8 (divides 8)")
-        check(self, "activation", self.embedding != "vit" or self.activation == "gelu",
-              "'gelu' with embedding='vit' (a Hugging Face ViT)")  # fmt: skip
+        check(
+            self,
+            "activation",
+            self.embedding != "vit" or self.activation == "gelu",
+            "'gelu' with embedding='vit' (a Hugging Face ViT)",
+        )
 
     def estimated_peak_bytes(self) -> int:
         """Peak bytes of `compute` (`studies._toolkit.memory.digits_training_bytes`, float32): the
@@ -130,9 +134,21 @@ def smoke_config() -> Config:
     # step faults about 27 MB of fresh pages in (6 900 faults). Recomputing within the step
     # keeps the buffer small: 2-core AMD EPYC, this config, 30 against 50 ms of CPU per step,
     # the same held-out accuracy (the gradients agree to rounding).
-    return Config(epochs=10, d=32, num_heads=2, num_layers=2, hidden=64, warmup=20,
-                  batch_size=32, learning_rate=6e-3, checkpoint_every=50, certificate_examples=1,
-                  max_spread=0.03, target_accuracy=0.75, checkpointing="every-step")  # fmt: skip
+    return Config(
+        epochs=10,
+        d=32,
+        num_heads=2,
+        num_layers=2,
+        hidden=64,
+        warmup=20,
+        batch_size=32,
+        learning_rate=6e-3,
+        checkpoint_every=50,
+        certificate_examples=1,
+        max_spread=0.03,
+        target_accuracy=0.75,
+        checkpointing="every-step",
+    )
 
 
 @dataclasses.dataclass
@@ -157,9 +173,15 @@ class Results:
 
 def _model(config: Config, key, scheme, steps_per_layer):
     if config.embedding == "vit":
-        vit = wbc.random_vit(key, image_size=(8, 8), patch_size=config.patch_size, d=config.d,
-                             num_heads=config.num_heads, num_layers=config.num_layers,
-                             hidden=config.hidden)  # fmt: skip
+        vit = wbc.random_vit(
+            key,
+            image_size=(8, 8),
+            patch_size=config.patch_size,
+            d=config.d,
+            num_heads=config.num_heads,
+            num_layers=config.num_layers,
+            hidden=config.hidden,
+        )
         return wbc.vit_classifier(vit, 10).rediscretize(scheme, steps_per_layer)
     return T.digits_model(
         config, key, scheme, steps_per_layer, kernel_size=config.kernel_size, stride=1
@@ -184,8 +206,10 @@ def export_vit(model: wbc.ControlledModel, folder) -> None:
     folder = pathlib.Path(folder)
     with atomic_open(folder / "vit_for_image_classification.npz", "wb") as f:
         np.savez(f, **arrays)
-    atomic_write_json(folder / "vit_for_image_classification.json",
-                      {**cfg, "num_labels": int(model.head.bias.shape[0])})  # fmt: skip
+    atomic_write_json(
+        folder / "vit_for_image_classification.json",
+        {**cfg, "num_labels": int(model.head.bias.shape[0])},
+    )
 
 
 def _baseline(task) -> float:
@@ -212,18 +236,35 @@ def train(config: Config, *, run_dir=None) -> tuple[Results, wbc.TrainResult]:
         steps = config.epochs * (len(task.train) // config.batch_size)
         augment = wbc.random_shift(config.shift) if config.shift else None
         result = wbc.train(
-            T.train_step(config, steps, augment=augment), model, task.train, steps=steps,
-            batch_size=config.batch_size, seed=config.seed, eval_data=task.test, eval_every=max(steps // 10, 1), log_every=10,
-            run_dir=run_dir, checkpoint_every=config.checkpoint_every,
-            fingerprint=T.fingerprint(config), shard_params=config.shard_params,
-        )  # fmt: skip
+            T.train_step(config, steps, augment=augment),
+            model,
+            task.train,
+            steps=steps,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            eval_data=task.test,
+            eval_every=max(steps // 10, 1),
+            log_every=10,
+            run_dir=run_dir,
+            checkpoint_every=config.checkpoint_every,
+            fingerprint=T.fingerprint(config),
+            shard_params=config.shard_params,
+        )
         accuracy = wbc.evaluate(result.model, task.test)
         if config.embedding == "vit" and run_dir is not None:
             export_vit(result.model, run_dir)
     results = Results(
-        **T.training_results(config, result, task, plan, accuracy=accuracy, steps=steps,
-                             baseline=_baseline(task), start=start)
-    )  # fmt: skip
+        **T.training_results(
+            config,
+            result,
+            task,
+            plan,
+            accuracy=accuracy,
+            steps=steps,
+            baseline=_baseline(task),
+            start=start,
+        )
+    )
     return results, result
 
 

@@ -116,11 +116,21 @@ class Config(Sorting, Depth, Method, Costs, Smoothness, Steps, WeightDecay, Trai
             2, total, tokens, itemsize=4
         )
         logits = M.array_bytes(self.batch_size, tokens, classes, itemsize=M.F32)
-        return data + logits + M.training_bytes(
-            params=params, batch=self.batch_size, tokens=tokens, d=self.d, hidden=self.hidden,
-            heads=self.num_heads, steps=self.num_layers * spl,
-            evaluations=M.scheme_evaluations(scheme), eval_batch=min(512, self.num_test),
-        )  # fmt: skip
+        return (
+            data
+            + logits
+            + M.training_bytes(
+                params=params,
+                batch=self.batch_size,
+                tokens=tokens,
+                d=self.d,
+                hidden=self.hidden,
+                heads=self.num_heads,
+                steps=self.num_layers * spl,
+                evaluations=M.scheme_evaluations(scheme),
+                eval_batch=min(512, self.num_test),
+            )
+        )
 
 
 run_identity = T.fingerprint
@@ -129,8 +139,18 @@ the fields that decide the trained trajectories, not those evaluated afterwards.
 
 
 def smoke_config() -> Config:
-    return Config(steps=200, d=32, num_heads=2, num_layers=2, hidden=64, warmup=30,
-                  checkpoint_every=50, certificate_examples=1, max_spread=0.03, target_accuracy=0.7)  # fmt: skip
+    return Config(
+        steps=200,
+        d=32,
+        num_heads=2,
+        num_layers=2,
+        hidden=64,
+        warmup=30,
+        checkpoint_every=50,
+        certificate_examples=1,
+        max_spread=0.03,
+        target_accuracy=0.7,
+    )
 
 
 @dataclasses.dataclass
@@ -168,7 +188,7 @@ def _model(config: Config, key, num_classes: int, scheme, steps_per_layer):
             causal=True,
             scheme=scheme,
             steps_per_layer=steps_per_layer,
-        ),  # fmt: skip
+        ),
         wbc.SequenceHead(config.d, num_classes),
     )
 
@@ -209,16 +229,33 @@ def train(config: Config, *, run_dir=None) -> tuple[Results, wbc.TrainResult]:
         )
         steps = config.steps
         result = wbc.train(
-            T.train_step(config, steps), model, task.train, steps=steps,
-            batch_size=config.batch_size, seed=config.seed, eval_data=task.test, eval_every=max(steps // 5, 1), log_every=10,
-            run_dir=run_dir, checkpoint_every=config.checkpoint_every,
-            fingerprint=T.fingerprint(config), shard_params=config.shard_params,
-        )  # fmt: skip
+            T.train_step(config, steps),
+            model,
+            task.train,
+            steps=steps,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            eval_data=task.test,
+            eval_every=max(steps // 5, 1),
+            log_every=10,
+            run_dir=run_dir,
+            checkpoint_every=config.checkpoint_every,
+            fingerprint=T.fingerprint(config),
+            shard_params=config.shard_params,
+        )
         accuracy = wbc.evaluate(result.model, task.test)
     results = Results(
-        **T.training_results(config, result, task, plan, accuracy=accuracy, steps=steps,
-                             baseline=_baseline(task), start=start)
-    )  # fmt: skip
+        **T.training_results(
+            config,
+            result,
+            task,
+            plan,
+            accuracy=accuracy,
+            steps=steps,
+            baseline=_baseline(task),
+            start=start,
+        )
+    )
     return results, result
 
 

@@ -17,8 +17,13 @@ _spec.loader.exec_module(executed)
 # The `docs` extra: mkdocs, the Material theme, mkdocstrings' Python handler, mkdocs-jupyter.
 # django-static-mathjax (import name `mathjax`): MathJax's files, served from the site.
 DOCS_MODULES = (
-    "mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_jupyter", "jupytext", "mathjax"
-)  # fmt: skip
+    "mkdocs",
+    "material",
+    "mkdocstrings_handlers.python",
+    "mkdocs_jupyter",
+    "jupytext",
+    "mathjax",
+)
 
 
 def _missing():
@@ -166,7 +171,9 @@ def test_notebook_page_checker_on_pages_mkdocs_jupyter_renders(tmp_path):
 
     printed = new_output("stream", name="stdout", text="max error 1.2e-12\n")
     assert executed.page_problems(page(printed)) == []
-    warned = new_output("stream", name="stderr", text=_TQDM + "\n  from .autonotebook import tqdm\n")
+    warned = new_output(
+        "stream", name="stderr", text=_TQDM + "\n  from .autonotebook import tqdm\n"
+    )
     assert executed.page_problems(page(printed, warned)) == [
         _TQDM + " from .autonotebook import tqdm"
     ]

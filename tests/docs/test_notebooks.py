@@ -51,7 +51,9 @@ def test_notebook_runs(path):
     assert not errors, f"{path.name}: error outputs {[e.get('ename') for e in errors]}"
     stderr = [o.text for o in outputs if o.get("output_type") == "stream" and o.name == "stderr"]
     assert not stderr, f"{path.name} writes to stderr (the site shows it in red): {stderr}"
-    widgets = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    widgets = [
+        o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
     assert not widgets, f"{path.name}: widget outputs (a progress bar?) {widgets}"
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert images, f"{path.name}: no inline figure (image/png output)"

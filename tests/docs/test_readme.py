@@ -20,8 +20,13 @@ def test_the_readme_has_python_examples():
 def test_readme_block_runs_as_written(index, tmp_path):
     """Each block in a new process (its own JAX state), in an empty folder; it must exit 0.
     The first example's two printed numbers are checked against what it claims."""
-    done = subprocess.run([sys.executable, "-c", BLOCKS[index]], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKS[index]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     if "pairs within 1e-3" in BLOCKS[index]:
         lines = dict(line.split(": ") for line in done.stdout.strip().splitlines())

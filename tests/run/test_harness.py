@@ -662,12 +662,18 @@ def test_cli_names_the_closest_study_and_field_in_one_line(fake_registry, capsys
     on one line of stderr, exit code 2, no traceback."""
     assert cli.main(["run", "squres"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["workbench run: error: unknown study 'squres' (did you mean 'squares'?); "
-                   "valid studies: squares, broken."]  # fmt: skip
+    assert err == [
+        "workbench run: error: unknown study 'squres' (did you mean 'squares'?); "
+        "valid studies: squares, broken."
+    ]
     assert cli.main(["run", "squares", "--weight", "1,2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown field 'weight' (given value '1,2') of study 'squares' " \
-        "(did you mean 'weights'?); valid fields: n, label, weights." in err[0]  # fmt: skip
+    assert (
+        len(err) == 1
+        and "unknown field 'weight' (given value '1,2') of study 'squares' "
+        "(did you mean 'weights'?); valid fields: n, label, weights."
+        in err[0]
+    )
 
 
 def test_every_study_field_has_a_meaning_in_its_help(capsys):
@@ -678,9 +684,12 @@ def test_every_study_field_has_a_meaning_in_its_help(capsys):
     import studies
     from studies._run.overrides import field_docs
 
-    missing = [f"{name}.{f.name}" for name in studies.STUDIES
-               for f in dataclasses.fields(studies.get_study(name).Config)
-               if f.name not in field_docs(studies.get_study(name).Config)]  # fmt: skip
+    missing = [
+        f"{name}.{f.name}"
+        for name in studies.STUDIES
+        for f in dataclasses.fields(studies.get_study(name).Config)
+        if f.name not in field_docs(studies.get_study(name).Config)
+    ]
     assert not missing, f"Config fields without a docstring: {missing}"
     assert cli.main(["run", "train-digits", "--help"]) == 0
     printed = capsys.readouterr().out
@@ -720,7 +729,7 @@ def test_cli_bad_command(capsys):
         (
             ["tour", "--jbos", "2"],
             "workbench tour: error: unrecognized arguments: --jbos 2 (see `workbench tour --help`)",
-        ),  # fmt: skip
+        ),
         (["list", "extra"], "workbench list: error: unrecognized arguments: extra"),
     ],
 )
@@ -859,8 +868,14 @@ def test_a_parallel_tour_leaves_jax_to_its_workers(tmp_path):
     )
     repo = pathlib.Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(repo)])}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
     (folder,) = (tmp_path / "runs").iterdir()
@@ -935,14 +950,17 @@ def _xla_compute_threads(code: str, env=None) -> int:
     )
     repo = pathlib.Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), **(env or {})}
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     return int(proc.stdout.split()[-1])
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or not hasattr(os, "sched_getaffinity"),
-                    reason="needs Linux: thread names in /proc and affinity masks")  # fmt: skip
+@pytest.mark.skipif(
+    not os.path.isdir("/proc/self/task") or not hasattr(os, "sched_getaffinity"),
+    reason="needs Linux: thread names in /proc and affinity masks",
+)
 def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
     """Each of a tour's workers computes on its share of the cores: JAX's CPU backend with
     `cores // jobs` compute threads (at least one), which may still run on any core, and
@@ -959,8 +977,12 @@ def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
     assert threads_per_worker(1) == len(cores)
     assert threads_per_worker(2) == max(1, len(cores) // 2)
     assert threads_per_worker(10 * len(cores)) == 1
-    assert _xla_compute_threads("from studies._run.workers import start_cpu_backend\n"
-                                "start_cpu_backend(1, 3)") == 1  # fmt: skip
+    assert (
+        _xla_compute_threads(
+            "from studies._run.workers import start_cpu_backend\nstart_cpu_backend(1, 3)"
+        )
+        == 1
+    )
 
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "_wb_threads_study.py").write_text(_THREADS_STUDY)
@@ -974,8 +996,10 @@ def test_tour_workers_share_the_cores(tmp_path, monkeypatch):
     assert results["xla_threads"] == share
     assert results["masks"] == [cores]  # every thread may run anywhere
     assert results["environment"] == {
-        "OMP_NUM_THREADS": str(share), "OPENBLAS_NUM_THREADS": "3", "MKL_NUM_THREADS": str(share)
-    }  # fmt: skip
+        "OMP_NUM_THREADS": str(share),
+        "OPENBLAS_NUM_THREADS": "3",
+        "MKL_NUM_THREADS": str(share),
+    }
     assert results["gc_threshold"] == 10_000
     assert "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ
     assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
@@ -1045,8 +1069,7 @@ def test_a_tour_worker_frees_the_programs_of_each_study(tmp_path, fake_registry,
         return results
 
     monkeypatch.setattr(squares, "compute", compiling)
-    run = lambda out: _tour._tour_one("squares", studies.STUDIES, out, full=False,
-                                         overwrite=False)  # fmt: skip
+    run = lambda out: _tour._tour_one("squares", studies.STUDIES, out, full=False, overwrite=False)
     kept = run(tmp_path / "kept")
     assert kept.ok and kept.verdict.startswith("Yes")
     again = run(tmp_path / "again")  # the tour's own process: the program is still there
@@ -1137,8 +1160,10 @@ def test_the_command_turns_on_the_compilation_cache_where_it_is_not_set():
     mine = cli.compilation_cache_environment(
         {"WORKBENCH_JAX_CACHE": "/c", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}
     )
-    assert mine == {"JAX_COMPILATION_CACHE_DIR": "/c",
-                    "JAX_COMPILATION_CACHE_MAX_SIZE": str(2 * 1024**3)}  # fmt: skip
+    assert mine == {
+        "JAX_COMPILATION_CACHE_DIR": "/c",
+        "JAX_COMPILATION_CACHE_MAX_SIZE": str(2 * 1024**3),
+    }
     assert cli.compilation_cache_environment({"WORKBENCH_JAX_CACHE": "0"}) == {}
     assert cli.compilation_cache_environment({"JAX_COMPILATION_CACHE_DIR": "/j"}) == {}
 
@@ -1157,8 +1182,7 @@ def test_a_second_run_reads_every_program_back_from_the_cache_with_the_same_numb
     def run(out):
         cmd = [sys.executable, "-m", "studies", "run", "cluster-histograms", "--smoke"]
         cmd += ["--out", out]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env,
-                              timeout=600)  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, env=env, timeout=600)
         assert done.returncode == 0, done.stderr
         return json.loads((tmp_path / out / "results.json").read_text())
 

@@ -325,8 +325,9 @@ def compute(config):
 """
 
 
-def test_a_ctrl_c_python_could_not_raise_still_interrupts_the_run(registry, tmp_path, capsys,
-                                                                   monkeypatch):  # fmt: skip
+def test_a_ctrl_c_python_could_not_raise_still_interrupts_the_run(
+    registry, tmp_path, capsys, monkeypatch
+):
     """A `KeyboardInterrupt` raised in a `__del__` or a garbage-collection callback is not
     lost: no "Exception ignored" text, the run stops after compute with one line, exit 130,
     marked interrupted, no results written; the same command runs it again (and, this compute
@@ -418,16 +419,18 @@ def test_ctrl_c_of_a_real_study_over_a_finished_folder_of_another_seed(tmp_path)
     first = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert first.returncode == 0, first.stderr
     before = _snapshot(out)
-    refused = subprocess.run([*cmd, "--seed", "1"], capture_output=True, text=True, cwd=REPO,
-                             env=env, timeout=600)  # fmt: skip
+    refused = subprocess.run(
+        [*cmd, "--seed", "1"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600
+    )
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "another config (seed=0 there, 1 now)" in refused.stderr
     assert _snapshot(out) == before
 
     other = tmp_path / "P1"
     cmd1 = [*cmd[:-1], str(other), "--seed", "1"]
-    proc = subprocess.Popen(cmd1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=REPO, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd1, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
+    )
     _wait_for_state(other, "running")
     time.sleep(1.0)  # inside compute
     proc.send_signal(signal.SIGINT)
@@ -450,8 +453,7 @@ def test_ctrl_c_of_a_real_study_over_a_finished_folder_of_another_seed(tmp_path)
 def test_a_training_studys_identity_leaves_out_what_is_evaluated_after_training():
     module = studies.get_study("train-digits")
     base = module.smoke_config()
-    same = dataclasses.replace(base, target_accuracy=0.5, certificate_examples=0,
-                               shard_params=True)  # fmt: skip
+    same = dataclasses.replace(base, target_accuracy=0.5, certificate_examples=0, shard_params=True)
     assert _run_folder.run_identity(module, same) == _run_folder.run_identity(module, base)
     other = dataclasses.replace(base, learning_rate=base.learning_rate * 2)
     assert _run_folder.run_identity(module, other) != _run_folder.run_identity(module, base)
@@ -511,8 +513,12 @@ def test_a_closed_output_pipe_ends_the_command_quietly():
     """`workbench run <study> --help | head -1`: no BrokenPipeError traceback."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "studies", "run", "depth-refinement", "--help"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-    )  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
     first = proc.stdout.readline()
     proc.stdout.close()  # the reader goes away after one line, as `head -1` does
     err = proc.stderr.read()
@@ -540,14 +546,21 @@ def test_ctrl_c_of_a_parallel_tour_starts_no_further_study(tmp_path):
         "from studies._run.cli import entry\n"
         "entry()\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(REPO)]),
-           "WORKBENCH_JAX_CACHE": "0"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(source), str(REPO)]),
+        "WORKBENCH_JAX_CACHE": "0",
+    }
     out = tmp_path / "tour"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "tour", "--out", str(out), "--jobs", "2"],
-        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         _wait_for_state(out / "slow0", "running")
         _wait_for_state(out / "slow1", "running")

@@ -13,10 +13,21 @@ import studies
 from studies._run.overrides import describe_fields
 from studies._toolkit import fields as _fields
 
-TRAINING = ("train-digits", "train-sequence", "depth-refinement", "regularization-cost",
-            "msa-vs-gradient")  # fmt: skip
-PARTICLES = ("cluster-histograms", "metastability", "high-dimension", "repulsion",
-             "phase-diagram", "step-convergence")  # fmt: skip
+TRAINING = (
+    "train-digits",
+    "train-sequence",
+    "depth-refinement",
+    "regularization-cost",
+    "msa-vs-gradient",
+)
+PARTICLES = (
+    "cluster-histograms",
+    "metastability",
+    "high-dimension",
+    "repulsion",
+    "phase-diagram",
+    "step-convergence",
+)
 
 
 def _declared(cls) -> list[str]:
@@ -32,10 +43,16 @@ def test_no_shared_field_is_declared_twice(family):
         for field in _declared(studies.get_study(name).Config):
             where[field].append(name)
     twice = {field: names for field, names in where.items() if len(names) > 1}
-    assert not twice, f"declared in several study configs (move them to studies._toolkit.fields): {twice}"
+    assert not twice, (
+        f"declared in several study configs (move them to studies._toolkit.fields): {twice}"
+    )
     # The shared groups of the family: each field declared in exactly one group.
-    groups = {base for name in family for base in studies.get_study(name).Config.__mro__[1:]
-              if dataclasses.is_dataclass(base)}  # fmt: skip
+    groups = {
+        base
+        for name in family
+        for base in studies.get_study(name).Config.__mro__[1:]
+        if dataclasses.is_dataclass(base)
+    }
     assert groups and all(g.__module__ == "studies._toolkit.fields" for g in groups), groups
     counts = collections.Counter(f for g in groups for f in _declared(g))
     assert max(counts.values()) == 1, counts
@@ -50,8 +67,12 @@ def test_shared_fields_keep_each_studys_defaults_and_show_their_docstring(name):
         # Every field, inherited or not, is listed with its one-line docstring under it.
         block = text.split(f"--{field.name} ", 1)[1].splitlines()
         assert len(block) >= 2 and block[1].strip(), (name, field.name)
-    inherited = {f.name for base in module.Config.__mro__[1:] if dataclasses.is_dataclass(base)
-                 for f in dataclasses.fields(base)}  # fmt: skip
+    inherited = {
+        f.name
+        for base in module.Config.__mro__[1:]
+        if dataclasses.is_dataclass(base)
+        for f in dataclasses.fields(base)
+    }
     assert inherited, name
 
 

@@ -145,9 +145,12 @@ def _phase_measurement(config, monkeypatch) -> tuple[int, int]:
     def held(num, d, form):
         with jax.enable_x64(config.x64):
             make = functools.partial(
-                wb.particles.random_starts, num_starts=num, n=config.n, d=d,
+                wb.particles.random_starts,
+                num_starts=num,
+                n=config.n,
+                d=d,
                 dtype=jnp.float64 if config.x64 else jnp.float32,
-            )  # fmt: skip
+            )
             starts = jax.eval_shape(make, jax.random.key(0))
             prepared = jax.eval_shape(form.prepare, starts)
         return item * (starts.size + 2 * prepared.size)  # device, and the host's padded copy
@@ -181,10 +184,15 @@ def test_phase_diagram_estimate_at_many_starts_is_the_starts_held(monkeypatch):
     big = dataclasses.replace(measured, num_starts=10**5)
     with jax.enable_x64(True):
         starts = jax.eval_shape(
-            functools.partial(wb.particles.random_starts, num_starts=big.num_starts, n=big.n,
-                              d=32, dtype=jnp.float64),
+            functools.partial(
+                wb.particles.random_starts,
+                num_starts=big.num_starts,
+                n=big.n,
+                d=32,
+                dtype=jnp.float64,
+            ),
             jax.random.key(0),
-        )  # fmt: skip
+        )
         prepared = jax.eval_shape(wb.particles.ReducedForm().prepare, starts)
     held = starts.size * 8 + 2 * prepared.size * 8
     assert held > 2 * 10**9
@@ -303,10 +311,13 @@ def test_stability_estimate_matches_xla_of_its_jacobian_and_modal_steps(n):
         rk = wb.registry.UNSPLIT_METHODS["unsplit-rk4"]
         trials = _xla_bytes(
             _modal_amplification.lower(
-                jnp.asarray(jac, complex), jnp.zeros((size, k), complex),
-                jnp.zeros((k, size), complex), jnp.zeros(32), rk=rk,
+                jnp.asarray(jac, complex),
+                jnp.zeros((size, k), complex),
+                jnp.zeros((k, size), complex),
+                jnp.zeros(32),
+                rk=rk,
             )
-        )  # fmt: skip
+        )
     assert 0 < k < size
     measured = jacobian + eig + trials
     estimate = config.estimated_peak_bytes()

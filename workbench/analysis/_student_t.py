@@ -57,9 +57,13 @@ def _betainc(a: float, b: float, x: float) -> float:
         return 1.0 - _betainc(b, a, 1.0 - x)
     # I_x(a, b) = x^a (1 - x)^b / (a B(a, b)) / (1 + d_1 / (1 + d_2 / (1 + ...))).
     log_front = (
-        a * math.log(x) + b * math.log1p(-x)
-        + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) - math.log(a)
-    )  # fmt: skip
+        a * math.log(x)
+        + b * math.log1p(-x)
+        + math.lgamma(a + b)
+        - math.lgamma(a)
+        - math.lgamma(b)
+        - math.log(a)
+    )
     return math.exp(log_front) * _continued_fraction(a, b, x)
 
 

@@ -143,9 +143,23 @@ class CvT(eqx.Module):
         return CvT(stages, self.image_size)
 
 
-_STAGE_FIELDS = ("patch_sizes", "patch_stride", "patch_padding", "embed_dim", "num_heads",
-                 "depth", "mlp_ratio", "qkv_bias", "cls_token", "qkv_projection_method",
-                 "kernel_qkv", "padding_kv", "stride_kv", "padding_q", "stride_q")  # fmt: skip
+_STAGE_FIELDS = (
+    "patch_sizes",
+    "patch_stride",
+    "patch_padding",
+    "embed_dim",
+    "num_heads",
+    "depth",
+    "mlp_ratio",
+    "qkv_bias",
+    "cls_token",
+    "qkv_projection_method",
+    "kernel_qkv",
+    "padding_kv",
+    "stride_kv",
+    "padding_q",
+    "stride_q",
+)
 
 
 def _stage_lists(cfg: dict, arch: str) -> tuple[int, dict]:
@@ -262,9 +276,14 @@ def cvt_from_hf(state_dict: Mapping, config, *, image_size=(224, 224), dtype=Non
         m = int(d * st["mlp_ratio"][s])
         p = f"encoder.stages.{s}."
         e = p + "embedding.convolution_embeddings."
-        expected.update({e + "projection.weight": (d, c_in, k, k),
-                         e + "projection.bias": (d,), e + "normalization.weight": (d,),
-                         e + "normalization.bias": (d,)})  # fmt: skip
+        expected.update(
+            {
+                e + "projection.weight": (d, c_in, k, k),
+                e + "projection.bias": (d,),
+                e + "normalization.weight": (d,),
+                e + "normalization.bias": (d,),
+            }
+        )
         ln_keys.append(e + "normalization.weight")
         if st["cls_token"][s]:
             expected[p + "cls_token"] = (1, 1, st["embed_dim"][-1])
@@ -279,20 +298,25 @@ def cvt_from_hf(state_dict: Mapping, config, *, image_size=(224, 224), dtype=Non
                 expected[f"{a}projection_{r}.weight"] = (d, d)
                 if st["qkv_bias"][s]:
                     expected[f"{a}projection_{r}.bias"] = (d,)
-            expected.update({
-                lp + "attention.output.dense.weight": (d, d),
-                lp + "attention.output.dense.bias": (d,),
-                lp + "intermediate.dense.weight": (m, d), lp + "intermediate.dense.bias": (m,),
-                lp + "output.dense.weight": (d, m), lp + "output.dense.bias": (d,),
-            })  # fmt: skip
+            expected.update(
+                {
+                    lp + "attention.output.dense.weight": (d, d),
+                    lp + "attention.output.dense.bias": (d,),
+                    lp + "intermediate.dense.weight": (m, d),
+                    lp + "intermediate.dense.bias": (m,),
+                    lp + "output.dense.weight": (d, m),
+                    lp + "output.dense.bias": (d,),
+                }
+            )
             for n in ("layernorm_before", "layernorm_after"):
                 expected[f"{lp}{n}.weight"] = (d,)
                 expected[f"{lp}{n}.bias"] = (d,)
                 ln_keys.append(f"{lp}{n}.weight")
     ignore = (r".*\.num_batches_tracked", r"layernorm\.(weight|bias)", r"classifier\..*")
     check_state_dict(sd, expected, architecture=arch, ignore=ignore)
-    check_weights(sd, expected, architecture=arch, layer_norm_weights=ln_keys,
-                  cast=dtype is not None)  # fmt: skip
+    check_weights(
+        sd, expected, architecture=arch, layer_norm_weights=ln_keys, cast=dtype is not None
+    )
     negative = sorted(k for k in expected if k.endswith("running_var") and (sd[k] < 0).any())
     if negative:
         raise ValueError(
@@ -317,28 +341,44 @@ def cvt_from_hf(state_dict: Mapping, config, *, image_size=(224, 224), dtype=Non
         def conv(lp, r, stride, padding):
             cp = f"{lp}attention.attention.convolution_projection_{r}.convolution_projection."
             bn = lambda b: a(cp + "normalization." + b)
-            return DepthwiseConvolution(a(cp + "convolution.weight"), bn("weight"), bn("bias"),
-                                        bn("running_mean"), bn("running_var"), _EPS,
-                                        int(stride), int(padding))  # fmt: skip
+            return DepthwiseConvolution(
+                a(cp + "convolution.weight"),
+                bn("weight"),
+                bn("bias"),
+                bn("running_mean"),
+                bn("running_var"),
+                _EPS,
+                int(stride),
+                int(padding),
+            )
 
         def layer(i):
             lp = f"{p}layers.{i}."
             lin = lambda n: _array(sd[lp + n + ".weight"].T, dtype)
-            qkv_b = lambda r: (a(f"{lp}attention.attention.projection_{r}.bias")
-                               if st["qkv_bias"][s] else None)  # fmt: skip
+            qkv_b = lambda r: (
+                a(f"{lp}attention.attention.projection_{r}.bias") if st["qkv_bias"][s] else None
+            )
             q_conv = conv(lp, "query", st["stride_q"][s], st["padding_q"][s])
             kv = [conv(lp, r, st["stride_kv"][s], st["padding_kv"][s]) for r in ("key", "value")]
             attn = ConvolutionalAttention(
-                q_conv, *kv,
+                q_conv,
+                *kv,
                 *(lin(f"attention.attention.projection_{r}") for r in ("query", "key", "value")),
                 lin("attention.output.dense"),
                 *(qkv_b(r) for r in ("query", "key", "value")),
                 a(lp + "attention.output.dense.bias"),
-                num_heads=int(st["num_heads"][s]), scale=float(d) ** -0.5,
-                grid=grids[s], class_token=cls,
-            )  # fmt: skip
-            ffn = FeedForward(lin("intermediate.dense"), a(lp + "intermediate.dense.bias"),
-                              lin("output.dense"), a(lp + "output.dense.bias"), activation=gelu)  # fmt: skip
+                num_heads=int(st["num_heads"][s]),
+                scale=float(d) ** -0.5,
+                grid=grids[s],
+                class_token=cls,
+            )
+            ffn = FeedForward(
+                lin("intermediate.dense"),
+                a(lp + "intermediate.dense.bias"),
+                lin("output.dense"),
+                a(lp + "output.dense.bias"),
+                activation=gelu,
+            )
             ln = lambda n: LayerNormProjection(a(f"{lp}{n}.weight"), a(f"{lp}{n}.bias"), _EPS)
             return attn, ln("layernorm_before"), ffn, ln("layernorm_after")
 

@@ -282,8 +282,9 @@ def _cvt_attention(x, g, cfg, s, grid):
     def project(r, stride, padding):
         p = f"attention.attention.convolution_projection_{r}.convolution_projection."
         n = lambda k: g(p + "normalization." + k)[:, None, None]
-        y = _conv2d(fmap, g(p + "convolution.weight"), stride=stride, padding=padding,
-                    depthwise=True)  # fmt: skip
+        y = _conv2d(
+            fmap, g(p + "convolution.weight"), stride=stride, padding=padding, depthwise=True
+        )
         y = (y - n("running_mean")) / np.sqrt(n("running_var") + _CVT_EPS) * n("weight") + n("bias")
         y = np.concatenate([token, y.reshape(d, -1).T])
         b = f"attention.attention.projection_{r}."
@@ -319,19 +320,27 @@ def direct_cvt(state_dict, config, image):
     for s in range(len(cfg["depth"])):
         p = f"encoder.stages.{s}."
         e = lambda k: sd[f"{p}embedding.convolution_embeddings.{k}"]
-        y = _conv2d(x, e("projection.weight"), e("projection.bias"),
-                    stride=cfg["patch_stride"][s], padding=cfg["patch_padding"][s])  # fmt: skip
+        y = _conv2d(
+            x,
+            e("projection.weight"),
+            e("projection.bias"),
+            stride=cfg["patch_stride"][s],
+            padding=cfg["patch_padding"][s],
+        )
         d, grid = y.shape[0], y.shape[1:]
-        u = _layer_norm(y.reshape(d, -1).T, e("normalization.weight"), e("normalization.bias"),
-                        _CVT_EPS)  # fmt: skip
+        u = _layer_norm(
+            y.reshape(d, -1).T, e("normalization.weight"), e("normalization.bias"), _CVT_EPS
+        )
         if cfg["cls_token"][s]:
             u = np.concatenate([sd[p + "cls_token"][0], u])
         for i in range(cfg["depth"][s]):
             g = lambda k: sd[f"{p}layers.{i}.{k}"]
             ln = lambda y, n: _layer_norm(y, g(n + ".weight"), g(n + ".bias"), _CVT_EPS)
             u = u + _cvt_attention(ln(u, "layernorm_before"), g, cfg, s, grid)
-            f = gelu(ln(u, "layernorm_after") @ g("intermediate.dense.weight").T
-                     + g("intermediate.dense.bias"))  # fmt: skip
+            f = gelu(
+                ln(u, "layernorm_after") @ g("intermediate.dense.weight").T
+                + g("intermediate.dense.bias")
+            )
             u = u + f @ g("output.dense.weight").T + g("output.dense.bias")
         cls, u = (u[0], u[1:]) if cfg["cls_token"][s] else (None, u)
         x = u.T.reshape(d, *grid)

@@ -49,8 +49,9 @@ def _array(x, dtype):
     return device_array(x, dtype)
 
 
-def _linear_layer(get, names: Mapping, *, num_heads: int, activation, eps: float, dtype,
-                  zero_bias: tuple = ()) -> tuple:  # fmt: skip
+def _linear_layer(
+    get, names: Mapping, *, num_heads: int, activation, eps: float, dtype, zero_bias: tuple = ()
+) -> tuple:
     """One layer's terms from PyTorch-`Linear` weights (`y = x Wᵀ + b`, so transposed here):
     `(attention, its LayerNorm, feed-forward, its LayerNorm)`.
 
@@ -287,14 +288,26 @@ def bert_from_hf(state_dict: Mapping, config, *, dtype=None) -> BERT:
         cast=dtype is not None,
     )
 
-    names = {"q": "attention.self.query", "k": "attention.self.key",
-             "v": "attention.self.value", "o": "attention.output.dense",
-             "fc1": "intermediate.dense", "fc2": "output.dense",
-             "norm1": "attention.output.LayerNorm", "norm2": "output.LayerNorm"}  # fmt: skip
+    names = {
+        "q": "attention.self.query",
+        "k": "attention.self.key",
+        "v": "attention.self.value",
+        "o": "attention.output.dense",
+        "fc1": "intermediate.dense",
+        "fc2": "output.dense",
+        "norm1": "attention.output.LayerNorm",
+        "norm2": "output.LayerNorm",
+    }
 
     def layer(i):
-        return _linear_layer(lambda k: sd[f"encoder.layer.{i}.{k}"], names, num_heads=H,
-                             activation=act, eps=eps, dtype=dtype)  # fmt: skip
+        return _linear_layer(
+            lambda k: sd[f"encoder.layer.{i}.{k}"],
+            names,
+            num_heads=H,
+            activation=act,
+            eps=eps,
+            dtype=dtype,
+        )
 
     layers = [layer(i) for i in range(L)]
     equation = transformer_equation(

@@ -204,14 +204,27 @@ def vit_from_hf(state_dict: Mapping, config, *, dtype=None) -> ViT:
         layer_norm_weights=[k for k in expected if "layernorm" in k and k.endswith(".weight")],
         cast=dtype is not None,
     )
-    names = {"q": "attention.q_proj", "k": "attention.k_proj", "v": "attention.v_proj",
-             "o": "attention.o_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2",
-             "norm1": "layernorm_before", "norm2": "layernorm_after"}  # fmt: skip
+    names = {
+        "q": "attention.q_proj",
+        "k": "attention.k_proj",
+        "v": "attention.v_proj",
+        "o": "attention.o_proj",
+        "fc1": "mlp.fc1",
+        "fc2": "mlp.fc2",
+        "norm1": "layernorm_before",
+        "norm2": "layernorm_after",
+    }
 
     def layer(i):
-        return _linear_layer(lambda k: sd[f"layers.{i}.{k}"], names, num_heads=H,
-                             activation=act, eps=eps, dtype=dtype,
-                             zero_bias=() if qkv_bias else ("q", "k", "v"))  # fmt: skip
+        return _linear_layer(
+            lambda k: sd[f"layers.{i}.{k}"],
+            names,
+            num_heads=H,
+            activation=act,
+            eps=eps,
+            dtype=dtype,
+            zero_bias=() if qkv_bias else ("q", "k", "v"),
+        )
 
     layers = [layer(i) for i in range(L)]
     output = LayerNormProjection(
@@ -263,8 +276,17 @@ def vit_to_hf(vit: ViT) -> tuple[dict[str, np.ndarray], dict]:
     a, f, n1, n2 = attn.values, ffn.values, ln1.values, ln2.values
     if not (isinstance(a, MultiHeadAttention) and isinstance(f, FeedForward)):
         raise ValueError("vit_to_hf: the terms must be MultiHeadAttention and FeedForward.")
-    if a.causal or any(b is None for b in (a.query_bias, a.key_bias, a.value_bias,
-                                            a.output_bias, f.hidden_bias, f.output_bias)):  # fmt: skip
+    if a.causal or any(
+        b is None
+        for b in (
+            a.query_bias,
+            a.key_bias,
+            a.value_bias,
+            a.output_bias,
+            f.hidden_bias,
+            f.output_bias,
+        )
+    ):
         raise ValueError("vit_to_hf: a ViT's attention is not causal and every term has biases.")
     L, d = a.query.shape[0], a.query.shape[-1]
     if abs(a.scale * np.sqrt(d // a.num_heads) - 1) > 1e-6:
@@ -281,9 +303,14 @@ def vit_to_hf(vit: ViT) -> tuple[dict[str, np.ndarray], dict]:
         "layernorm.weight": np_(eq.output.weight),
         "layernorm.bias": np_(eq.output.bias),
     }
-    lin = {"attention.q_proj": (a.query, a.query_bias), "attention.k_proj": (a.key, a.key_bias),
-           "attention.v_proj": (a.value, a.value_bias), "attention.o_proj": (a.output, a.output_bias),
-           "mlp.fc1": (f.hidden, f.hidden_bias), "mlp.fc2": (f.output, f.output_bias)}  # fmt: skip
+    lin = {
+        "attention.q_proj": (a.query, a.query_bias),
+        "attention.k_proj": (a.key, a.key_bias),
+        "attention.v_proj": (a.value, a.value_bias),
+        "attention.o_proj": (a.output, a.output_bias),
+        "mlp.fc1": (f.hidden, f.hidden_bias),
+        "mlp.fc2": (f.output, f.output_bias),
+    }
     for i in range(L):
         for name, (w, b) in lin.items():
             sd[f"layers.{i}.{name}.weight"] = np_(w[i]).T

@@ -365,8 +365,11 @@ def standard_callbacks(
         _positive("eval_every", eval_every)
     if run_dir is not None:
         run_dir = pathlib.Path(run_dir)
-        callbacks.append(Checkpoints(run_dir / "checkpoints", every=checkpoint_every, keep=keep,
-                                     fingerprint=fingerprint))  # fmt: skip
+        callbacks.append(
+            Checkpoints(
+                run_dir / "checkpoints", every=checkpoint_every, keep=keep, fingerprint=fingerprint
+            )
+        )
     if run_dir is not None:
         callbacks.append(MetricsCSV(run_dir / "metrics.csv"))
         held_out = None if eval_data is None else eval_data.inputs
@@ -413,9 +416,16 @@ class SaveModel(AbstractCallback):
                 return
         held_out = self.inputs is not None
         inputs = (self.inputs if held_out else run.data.inputs)[: self.examples]
-        save_model(self.folder, model, inputs=inputs, metadata={
-            "steps": run.steps, "seed": run.seed,
-            "inputs": "held-out" if held_out else "training"})  # fmt: skip
+        save_model(
+            self.folder,
+            model,
+            inputs=inputs,
+            metadata={
+                "steps": run.steps,
+                "seed": run.seed,
+                "inputs": "held-out" if held_out else "training",
+            },
+        )
 
 
 # --------------------------------------------------------------------------------------------

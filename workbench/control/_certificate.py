@@ -225,10 +225,16 @@ def certify(
 
     **Returns:** a `Certificate`.
     """
-    order_tolerance = positive_float("order_tolerance", order_tolerance, owner="certify",
-                                     allow_zero=True, numpy_scalars=True)  # fmt: skip
-    max_accuracy_spread = positive_float("max_accuracy_spread", max_accuracy_spread,
-                                         owner="certify", allow_zero=True, numpy_scalars=True)  # fmt: skip
+    order_tolerance = positive_float(
+        "order_tolerance", order_tolerance, owner="certify", allow_zero=True, numpy_scalars=True
+    )
+    max_accuracy_spread = positive_float(
+        "max_accuracy_spread",
+        max_accuracy_spread,
+        owner="certify",
+        allow_zero=True,
+        numpy_scalars=True,
+    )
     equation, scheme = transformer.equation, transformer.scheme
     k = transformer.steps_per_layer
     states = np.asarray(initial_states)
@@ -252,9 +258,14 @@ def certify(
         errors = np.maximum(errors, lad.errors)
         if plan is not None:
             check = error_ladder(
-                equation, u0, plan.method_object(), [plan.steps_per_layer], ref,
-                min_points=1, repeats=1,
-            )  # fmt: skip
+                equation,
+                u0,
+                plan.method_object(),
+                [plan.steps_per_layer],
+                ref,
+                min_points=1,
+                repeats=1,
+            )
             plan_error = max(plan_error, float(check.errors[0]))
     h = equation.piece_length / np.asarray(steps, float)
     fit = fit_order(h, errors, expected=transformer.expected_order, throw=False)

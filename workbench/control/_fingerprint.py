@@ -37,28 +37,30 @@ def run_fingerprint(model, data, *, train_step, opt_state, seed, batch_size, ste
     ]
     inputs, targets = np.asarray(data.inputs), np.asarray(data.targets)
     rule = train_step.method.optimizer(train_step.optimizer)
-    return as_json({
-        "model": describe(model, array_values=False),
-        "optimizer": {
-            "state": describe(opt_state, array_values=False),
-            "hyperparams": hyperparams,
-            "arguments": getattr(rule.init, "arguments", None),
-        },
-        "objective": describe(train_step.objective),
-        "method": describe(train_step.method),
-        "augment": describe(train_step.augment),
-        "discretization": describe(train_step.discretization),
-        "max_skipped": train_step.max_skipped,
-        "data": {
-            "examples": len(data),
-            "inputs": array_text(inputs),
-            "targets": array_text(targets),
-            "sha256": params_sha256((inputs, targets)),
-        },
-        "seed": int(seed),
-        "batch_size": int(batch_size),
-        "steps": int(steps),
-    })  # fmt: skip
+    return as_json(
+        {
+            "model": describe(model, array_values=False),
+            "optimizer": {
+                "state": describe(opt_state, array_values=False),
+                "hyperparams": hyperparams,
+                "arguments": getattr(rule.init, "arguments", None),
+            },
+            "objective": describe(train_step.objective),
+            "method": describe(train_step.method),
+            "augment": describe(train_step.augment),
+            "discretization": describe(train_step.discretization),
+            "max_skipped": train_step.max_skipped,
+            "data": {
+                "examples": len(data),
+                "inputs": array_text(inputs),
+                "targets": array_text(targets),
+                "sha256": params_sha256((inputs, targets)),
+            },
+            "seed": int(seed),
+            "batch_size": int(batch_size),
+            "steps": int(steps),
+        }
+    )
 
 
 def as_json(value):

@@ -55,10 +55,17 @@ class AdaptiveAccuracy:
 
     def to_dict(self) -> dict:
         e = self.evaluations
-        return {"accuracy": self.accuracy, "solver": self.solver, "rtol": self.rtol,
-                "atol": self.atol, "failed": self.failed,
-                "mean_evaluations": self.mean_evaluations, "std_evaluations": self.std_evaluations,
-                "min_evaluations": int(e.min()), "max_evaluations": int(e.max())}  # fmt: skip
+        return {
+            "accuracy": self.accuracy,
+            "solver": self.solver,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "failed": self.failed,
+            "mean_evaluations": self.mean_evaluations,
+            "std_evaluations": self.std_evaluations,
+            "min_evaluations": int(e.min()),
+            "max_evaluations": int(e.max()),
+        }
 
 
 def adaptive_accuracy(
@@ -140,8 +147,15 @@ def _adaptive_batch(model, solver, tolerances, xs, max_steps: int):
         u0 = model.embedding(x)
         rtol, atol = tolerances.astype(u0.dtype)
         controller = diffrax.PIDController(rtol=rtol, atol=atol)
-        sol = integrate(equation, u0, solver, stepsize_controller=controller,
-                        dt0=equation.piece_length, max_steps=max_steps, throw=False)  # fmt: skip
+        sol = integrate(
+            equation,
+            u0,
+            solver,
+            stepsize_controller=controller,
+            dt0=equation.piece_length,
+            max_steps=max_steps,
+            throw=False,
+        )
         ok = sol.result == RESULTS.successful
         return model.head(sol.y), sol.stats["num_evaluations"], ok
 

@@ -131,8 +131,13 @@ class CompiledStep:
             layout(state.opt_state, mesh.replicated, shard_params),
         )
         self.key = state.key
-        parts = (train_step.objective, train_step.method, train_step.augment,
-                 train_step.discretization, train_step.max_skipped)  # fmt: skip
+        parts = (
+            train_step.objective,
+            train_step.method,
+            train_step.augment,
+            train_step.discretization,
+            train_step.max_skipped,
+        )
         closed = (train_step.optimizer.update, parts, model_static, self.layouts)
         self.arrays, rest = eqx.partition(closed, eqx.is_array)
         try:
@@ -142,9 +147,11 @@ class CompiledStep:
 
     def lower(self, params, opt_state, xs, ys, index: int):
         """The program lowered for these arguments (its text: `.as_text()`)."""
-        return self.program.lower(self.static, self.arrays, params, opt_state, xs, ys,
-                                  jnp.asarray(index), self.key)  # fmt: skip
+        return self.program.lower(
+            self.static, self.arrays, params, opt_state, xs, ys, jnp.asarray(index), self.key
+        )
 
     def __call__(self, params, opt_state, xs, ys, index: int):
-        return self.program(self.static, self.arrays, params, opt_state, xs, ys,
-                            jnp.asarray(index), self.key)  # fmt: skip
+        return self.program(
+            self.static, self.arrays, params, opt_state, xs, ys, jnp.asarray(index), self.key
+        )

@@ -160,9 +160,15 @@ def random_vit(
         image,
     )
     transformer = random_transformer(
-        k3, d=d, num_heads=num_heads, num_layers=num_layers, hidden=hidden,
-        layer_norm_eps=layer_norm_eps, output_scale=output_scale, dtype=dtype,
-    )  # fmt: skip
+        k3,
+        d=d,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        hidden=hidden,
+        layer_norm_eps=layer_norm_eps,
+        output_scale=output_scale,
+        dtype=dtype,
+    )
     return ViT(embeddings, transformer)
 
 
@@ -175,9 +181,10 @@ def vit_classifier(vit: ViT, num_classes: int) -> "ControlledModel":
             f"vit_classifier takes a workbench.architectures.ViT; got {type(vit).__name__}."
         )
     return ControlledModel(
-        vit.embeddings, vit.transformer, ClassifierHead(vit.transformer.d, num_classes,
-                                                        dtype=vit.embeddings.kernel.dtype)
-    )  # fmt: skip
+        vit.embeddings,
+        vit.transformer,
+        ClassifierHead(vit.transformer.d, num_classes, dtype=vit.embeddings.kernel.dtype),
+    )
 
 
 class PatchEmbedding(eqx.Module):

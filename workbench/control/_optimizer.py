@@ -25,6 +25,7 @@ import optax
 
 __all__ = ["DefaultOptimizerState", "default_optimizer"]
 
+
 class DefaultOptimizerState(NamedTuple):
     """The state of `default_optimizer`.
 
@@ -128,9 +129,12 @@ def default_optimizer(
     # shared), they join a training run's fingerprint.
     init.arguments = {
         "default_optimizer": {
-            "learning_rate": float(learning_rate), "steps": int(steps), "warmup": int(warmup),
-            "weight_decay": float(weight_decay), "clip": float(clip),
+            "learning_rate": float(learning_rate),
+            "steps": int(steps),
+            "warmup": int(warmup),
+            "weight_decay": float(weight_decay),
+            "clip": float(clip),
             "final_fraction": float(final_fraction),
         }
-    }  # fmt: skip
+    }
     return optax.GradientTransformation(init, _update)

@@ -93,8 +93,9 @@ def _encode(x, path: str):
                 "model is rebuilt from workbench's own classes only (the file runs no code)."
             )
         _check_resolves(cls, path)
-        fields = {f.name: _encode(getattr(x, f.name), f"{path}.{f.name}")
-                  for f in dataclasses.fields(x)}  # fmt: skip
+        fields = {
+            f.name: _encode(getattr(x, f.name), f"{path}.{f.name}") for f in dataclasses.fields(x)
+        }
         return {"module": _name(cls), "fields": fields}
     if isinstance(x, tuple):
         return {"tuple": [_encode(v, f"{path}[{i}]") for i, v in enumerate(x)]}

@@ -159,8 +159,13 @@ def train(
         train_step, model, data, steps=steps, batch_size=batch_size, log_every=log_every
     )
     callbacks = standard_callbacks(
-        run_dir, eval_data=eval_data, eval_every=eval_every, checkpoint_every=checkpoint_every,
-        fingerprint=fingerprint, progress=progress)  # fmt: skip
+        run_dir,
+        eval_data=eval_data,
+        eval_every=eval_every,
+        checkpoint_every=checkpoint_every,
+        fingerprint=fingerprint,
+        progress=progress,
+    )
     mesh = BatchMesh(devices, batch_size)
     run = _new_run(train_step, model, data, seed=seed, batch_size=batch_size, steps=steps)
     for callback in callbacks:
@@ -184,17 +189,26 @@ def train(
                     failure = _divergence(run, s, info, params, static, batch)
                     break
                 params, opt_state, run.done = new_params, new_state, s + 1
-                run.state = TrainState(eqx.combine(params, static), opt_state,
-                                       jnp.asarray(run.done), run.state.key)  # fmt: skip
+                run.state = TrainState(
+                    eqx.combine(params, static), opt_state, jnp.asarray(run.done), run.state.key
+                )
                 _after_step(run, callbacks, info, log_every, stop.signal)
         if failure and throw:
             raise TrainingDiverged(failure)
     finally:
         for callback in callbacks:
             callback.on_end(run)
-    return TrainResult(run.model, params_sha256(on_host(params)), run.history, run.start,
-                       run.steps_per_second(), _nan_if_none(run.compile_time), mesh.size,
-                       RESULTS.diverged if failure else RESULTS.successful, failure)  # fmt: skip
+    return TrainResult(
+        run.model,
+        params_sha256(on_host(params)),
+        run.history,
+        run.start,
+        run.steps_per_second(),
+        _nan_if_none(run.compile_time),
+        mesh.size,
+        RESULTS.diverged if failure else RESULTS.successful,
+        failure,
+    )
 
 
 def _check_arguments(train_step, model, data, *, steps, batch_size, log_every):
@@ -214,8 +228,9 @@ def _check_arguments(train_step, model, data, *, steps, batch_size, log_every):
     steps, log_every = _positive("steps", steps), _positive("log_every", log_every)
     batch_size = check_batch_size(batch_size, len(data))
     labels = isinstance(train_step.objective.terminal, CrossEntropy)  # a custom loss: its own
-    check_data(model, data, "data", labels=labels, augment=train_step.augment,
-               batch_size=batch_size)  # fmt: skip
+    check_data(
+        model, data, "data", labels=labels, augment=train_step.augment, batch_size=batch_size
+    )
     return steps, batch_size, log_every
 
 
@@ -223,10 +238,25 @@ def _new_run(train_step, model, data, *, seed, batch_size, steps) -> Run:
     """The run before its callbacks start: the step's initial state (key `key(seed)`) and the
     run's identity (`run_fingerprint`); process 0 writes the files."""
     state = train_step.init(model, key=jax.random.key(seed))
-    identity = run_fingerprint(model, data, train_step=train_step, opt_state=state.opt_state,
-                               seed=seed, batch_size=batch_size, steps=steps)  # fmt: skip
-    return Run(train_step, data, int(seed), batch_size, steps, state, identity,
-               writes=jax.process_index() == 0)  # fmt: skip
+    identity = run_fingerprint(
+        model,
+        data,
+        train_step=train_step,
+        opt_state=state.opt_state,
+        seed=seed,
+        batch_size=batch_size,
+        steps=steps,
+    )
+    return Run(
+        train_step,
+        data,
+        int(seed),
+        batch_size,
+        steps,
+        state,
+        identity,
+        writes=jax.process_index() == 0,
+    )
 
 
 def _after_step(run: Run, callbacks, info: dict, log_every: int, signal_number) -> None:
@@ -276,11 +306,20 @@ def _divergence(run: Run, s: int, info: dict, params, static, batch) -> str:
             first = np.argwhere(bad)[0]
             layer = f" (first at index {tuple(int(i) for i in first)})" if leaf.ndim else ""
             where.append(f"{jax.tree_util.keystr(path)}{layer}")
-    arrays = (f"not finite in {len(where)} array(s) of the direction: {', '.join(where[:4])}"
-              + (", ..." if len(where) > 4 else "")) if where else "the direction is finite"  # fmt: skip
+    arrays = (
+        (
+            f"not finite in {len(where)} array(s) of the direction: {', '.join(where[:4])}"
+            + (", ..." if len(where) > 4 else "")
+        )
+        if where
+        else "the direction is finite"
+    )
     last = run.last_checkpoint
-    kept = f"the last good checkpoint is step {last[0]} in {last[1]}" if last else (
-        "no checkpoint was written")  # fmt: skip
+    kept = (
+        f"the last good checkpoint is step {last[0]} in {last[1]}"
+        if last
+        else ("no checkpoint was written")
+    )
     skipped = f" after {step.max_skipped} skipped step(s)" if step.max_skipped else ""
     return (
         f"training diverged at step {s}{skipped}: the objective is {float(info['objective'])}, "

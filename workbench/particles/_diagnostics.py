@@ -56,10 +56,14 @@ def _check_threshold(name: str, value, *, upper: float = 2.0) -> None:
     """Check a threshold when it is a concrete number; traced values pass unchecked."""
     if isinstance(value, bool | int | float | np.bool_ | np.integer | np.floating):
         number_in_range(
-            name, value, 0, upper, include_high=True,
+            name,
+            value,
+            0,
+            upper,
+            include_high=True,
             hint=f"pairs count as close when <x_i, x_j> exceeds 1 - {name}, and inner products "
             "of unit vectors lie in [-1, 1]",
-        )  # fmt: skip
+        )
 
 
 def _check_series(ts, counts) -> None:

@@ -128,9 +128,15 @@ def _check_integrator(owner: str, integrator) -> None:
 
 def _check_delta(owner: str, delta) -> float:
     return number_in_range(
-        "delta", delta, 0, 2, include_high=True, owner=owner, arrays=True,
+        "delta",
+        delta,
+        0,
+        2,
+        include_high=True,
+        owner=owner,
+        arrays=True,
         hint="pairs with ⟨x_i, x_j⟩ ≥ 1 − δ",
-    )  # fmt: skip
+    )
 
 
 def _check_starts(owner: str, starts, *, batched: bool):

@@ -76,10 +76,13 @@ def _check_delta(delta) -> None:
     """A concrete number is checked; traced or array values pass."""
     if not isinstance(delta, np.ndarray | jax.Array):
         number_in_range(
-            "delta", delta, 0, 1,
+            "delta",
+            delta,
+            0,
+            1,
             hint="gamma_beta rises from 0 towards 1 and Gamma_infinity is the time it reaches "
             "1 - delta",
-        )  # fmt: skip
+        )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -45,7 +45,9 @@ class LayerNormProjection(AbstractProjection):
             raise ValueError(
                 f"LayerNormProjection.weight {self.weight.shape} and bias {self.bias.shape} differ."
             )
-        positive_float("LayerNormProjection.eps", self.eps, allow_zero=True, finite=False, arrays=True)
+        positive_float(
+            "LayerNormProjection.eps", self.eps, allow_zero=True, finite=False, arrays=True
+        )
 
     @classmethod
     def onto_s1(cls, d: int, sigma1=0.0, sigma2=1.0, *, dtype=None) -> "LayerNormProjection":

@@ -29,8 +29,9 @@ def certificate(
     with jax.enable_x64(True):
         m64 = to_float64(model)
         states = jax.vmap(m64.embedding)(jnp.asarray(np.asarray(held_out.inputs[:examples])))
-        return wbc.certify(m64.transformer, states, plan=plan, accuracy=accuracy,
-                           max_accuracy_spread=max_spread).to_dict()  # fmt: skip
+        return wbc.certify(
+            m64.transformer, states, plan=plan, accuracy=accuracy, max_accuracy_spread=max_spread
+        ).to_dict()
 
 
 def certificate_artifacts(results: Any) -> dict:
@@ -58,23 +59,44 @@ def certificate_lines(cert: dict | None) -> list[str]:
     acc = cert.get("accuracy")
     rows = [("consistent discretization", consistency_text(cert))]
     if acc is not None:
-        rows.append(("held-out accuracy at own / refined steps per layer", " / ".join(
-            [f"{100 * acc['accuracy']:.2f} % ({acc['steps_per_layer']})"]
-            + [f"{100 * a:.2f} % ({k})" for k, a in zip(acc["refined_steps_per_layer"],
-                                                     acc["refined_accuracies"])])))  # fmt: skip
-        rows.append((f"{acc['second_scheme']} at {acc['second_steps_per_layer']} steps per layer",
-                     f"{100 * acc['second_accuracy']:.2f} %"))  # fmt: skip
-        rows.append(("accuracy spread (threshold)", f"{100 * acc['spread']:.2f} points "
-                     f"({100 * cert['max_accuracy_spread']:.2f})"))  # fmt: skip
+        rows.append(
+            (
+                "held-out accuracy at own / refined steps per layer",
+                " / ".join(
+                    [f"{100 * acc['accuracy']:.2f} % ({acc['steps_per_layer']})"]
+                    + [
+                        f"{100 * a:.2f} % ({k})"
+                        for k, a in zip(acc["refined_steps_per_layer"], acc["refined_accuracies"])
+                    ]
+                ),
+            )
+        )
+        rows.append(
+            (
+                f"{acc['second_scheme']} at {acc['second_steps_per_layer']} steps per layer",
+                f"{100 * acc['second_accuracy']:.2f} %",
+            )
+        )
+        rows.append(
+            (
+                "accuracy spread (threshold)",
+                f"{100 * acc['spread']:.2f} points ({100 * cert['max_accuracy_spread']:.2f})",
+            )
+        )
     rows += [
         ("discretization", f"{cert['scheme']}, {cert['steps_per_layer']} step(s)/layer"),
         ("max-abs error vs Dopri8 reference", f"{cert['error']:.3g}"),
-        ("observed order (expected)", f"{order} ({cert['expected_order']} ± "
-         f"{cert.get('order_tolerance', 0.3):g}: {order_verdict(cert)})"),
-        ("largest stable step (trained step)",
-         f"{cert['largest_stable_step']:.3g} ({cert['step']:.3g})"),
+        (
+            "observed order (expected)",
+            f"{order} ({cert['expected_order']} ± "
+            f"{cert.get('order_tolerance', 0.3):g}: {order_verdict(cert)})",
+        ),
+        (
+            "largest stable step (trained step)",
+            f"{cert['largest_stable_step']:.3g} ({cert['step']:.3g})",
+        ),
         ("plan holds", plan),
-    ]  # fmt: skip
+    ]
     return [
         "",
         "**Certificate** (float64, the trained weights against their equation):",
@@ -92,8 +114,9 @@ def consistency_text(cert: dict | None) -> str:
     return "no: " + "; ".join(cert["reasons"])
 
 
-def refinement_ladder(model: wbc.ControlledModel, inputs, ladder, *, scheme=None,
-                      reference_steps: int = 64) -> dict:  # fmt: skip
+def refinement_ladder(
+    model: wbc.ControlledModel, inputs, ladder, *, scheme=None, reference_steps: int = 64
+) -> dict:
     """How far the trained model's solve is from its equation's exact flow (float64).
 
     For every input (embedded), the max-abs error of the state at `T` with `scheme` (default: the

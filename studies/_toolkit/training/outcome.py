@@ -82,8 +82,9 @@ def training_results(
 
     certificate_dict = None
     if config.certificate_examples:
-        certificate_dict = certificate(result.model, task.test, config.certificate_examples, plan,
-                                       max_spread=config.max_spread)  # fmt: skip
+        certificate_dict = certificate(
+            result.model, task.test, config.certificate_examples, plan, max_spread=config.max_spread
+        )
     return {
         "config": config,
         "test_accuracy": float(accuracy),
@@ -123,10 +124,12 @@ def training_verdict(results: Any, what: str) -> str:
         faithful = "no certificate decided whether it is a discretization of its equation"
     elif consistent:
         spread = 100 * cert["accuracy"]["spread"]
-        faithful = (f"a consistent discretization of its equation (accuracy within {spread:.2f} "
-                    f"points from {cert['steps_per_layer']} to "
-                    f"{cert['accuracy']['second_steps_per_layer']} steps per layer and with "
-                    f"{cert['accuracy']['second_scheme']})")  # fmt: skip
+        faithful = (
+            f"a consistent discretization of its equation (accuracy within {spread:.2f} "
+            f"points from {cert['steps_per_layer']} to "
+            f"{cert['accuracy']['second_steps_per_layer']} steps per layer and with "
+            f"{cert['accuracy']['second_scheme']})"
+        )
     else:
         faithful = "not a consistent discretization of its equation: " + "; ".join(cert["reasons"])
     return (
@@ -144,8 +147,13 @@ def training_figure(results: Any, title: str, accuracy_label: str):
     ax.set(xlabel="step", ylabel="objective")
     ax.grid(True, which="both", alpha=0.3)
     twin = ax.twinx()
-    twin.plot(results.history_eval_steps, results.history_eval_accuracy, "o-", color="C1",
-              label=accuracy_label)  # fmt: skip
+    twin.plot(
+        results.history_eval_steps,
+        results.history_eval_accuracy,
+        "o-",
+        color="C1",
+        label=accuracy_label,
+    )
     twin.axhline(results.config.target_accuracy, color="C1", ls="--", lw=1)
     twin.set_ylabel(accuracy_label)
     ax.set_title(f"{title}, seed {results.config.seed}")

@@ -23,8 +23,18 @@ def check_model_fields(config: Any) -> None:
     """Checks of the model and discretization fields every training study has (`d`,
     `num_heads`, `num_layers`, `hidden`, `batch_size`, `steps_per_layer`, `learning_rate`,
     `clip`, `checkpoint_every`, `warmup`, `scheme`, `activation`)."""
-    check_positive(config, "d", "num_heads", "num_layers", "hidden", "batch_size",
-                   "steps_per_layer", "learning_rate", "clip", "checkpoint_every")  # fmt: skip
+    check_positive(
+        config,
+        "d",
+        "num_heads",
+        "num_layers",
+        "hidden",
+        "batch_size",
+        "steps_per_layer",
+        "learning_rate",
+        "clip",
+        "checkpoint_every",
+    )
     check_divides(config, "num_heads", into="d")
     check_choices(config, "scheme", wb.registry.SPLITTING_SCHEMES)
     check_choices(config, "activation", wb.registry.ACTIVATIONS)
@@ -65,8 +75,12 @@ def check_coarsen(config: Any) -> None:
     `coarse_weight` a positive finite number."""
     if hasattr(config, "coarse_weight"):
         w = config.coarse_weight
-        check(config, "coarse_weight", isinstance(w, (int, float)) and math.isfinite(w) and w > 0,
-              "a positive number (1: every draw equally likely)")  # fmt: skip
+        check(
+            config,
+            "coarse_weight",
+            isinstance(w, (int, float)) and math.isfinite(w) and w > 0,
+            "a positive number (1: every draw equally likely)",
+        )
     fs = getattr(config, "coarsen", ())
     try:
         wbc.MultiResolution((1,), coarsen=fs)
@@ -75,8 +89,12 @@ def check_coarsen(config: Any) -> None:
         ok = False
     check(config, "coarsen", ok, "distinct integers >= 2 (depth factors, e.g. 2), or '' for none")
     bad = [f for f in fs if config.num_layers % f]
-    check(config, "coarsen", not bad,
-          f"factors dividing num_layers={config.num_layers} (not {', '.join(map(str, bad))})")  # fmt: skip
+    check(
+        config,
+        "coarsen",
+        not bad,
+        f"factors dividing num_layers={config.num_layers} (not {', '.join(map(str, bad))})",
+    )
 
 
 def check_resolutions(config: Any) -> None:
@@ -95,8 +113,7 @@ def check_training_fields(config: Any) -> None:
     check_model_fields(config)
     if hasattr(config, "depth"):
         check_depth_fields(config)
-    check_positive(config, "weight_decay", "kinetic", "control_norm", "smoothness",
-                   allow_zero=True)  # fmt: skip
+    check_positive(config, "weight_decay", "kinetic", "control_norm", "smoothness", allow_zero=True)
     check_choices(config, "optimizer", OPTIMIZERS)
     check_choices(config, "gradient", GRADIENTS)
     check_choices(config, "checkpointing", CHECKPOINTING)
@@ -131,9 +148,12 @@ def optimizer(config: Any, steps: int):
 
     if config.optimizer == "adamw":
         return wbc.default_optimizer(
-            config.learning_rate, steps=steps, warmup=config.warmup,
-            weight_decay=config.weight_decay, clip=config.clip,
-        )  # fmt: skip
+            config.learning_rate,
+            steps=steps,
+            warmup=config.warmup,
+            weight_decay=config.weight_decay,
+            clip=config.clip,
+        )
     warmup = min(config.warmup, steps - 1)
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, config.learning_rate, warmup, max(steps, warmup + 1), config.learning_rate * 0.01
@@ -176,9 +196,12 @@ def train_step(config: Any, steps: int, **kwargs) -> wbc.TrainStep:
     (`depth`, fixed for a study without the field) (`kwargs`: e.g. an augmentation)."""
     depth = DEPTH[getattr(config, "depth", "fixed")](config)
     return wbc.TrainStep(
-        optimizer(config, steps), objective=objective(config), method=gradient_method(config),
-        discretization=depth, **kwargs,
-    )  # fmt: skip
+        optimizer(config, steps),
+        objective=objective(config),
+        method=gradient_method(config),
+        discretization=depth,
+        **kwargs,
+    )
 
 
 def objective(config: Any) -> wbc.Objective:
@@ -199,12 +222,16 @@ def load_plan(config: Any) -> wba.DiscretizationPlan | None:
     if config.plan is None:
         return None
     plan = read_plan(config)
-    want = {"d": config.d, "num_layers": config.num_layers, "num_heads": config.num_heads,
-            "dim_feedforward": config.hidden, "equation": "pre-norm",
-            "activation": config.activation}  # fmt: skip
+    want = {
+        "d": config.d,
+        "num_layers": config.num_layers,
+        "num_heads": config.num_heads,
+        "dim_feedforward": config.hidden,
+        "equation": "pre-norm",
+        "activation": config.activation,
+    }
     have = {"activation": "gelu", **plan.model}
-    wrong = [f"{k}: plan {have.get(k)!r}, model {v!r}" for k, v in want.items()
-             if have.get(k) != v]  # fmt: skip
+    wrong = [f"{k}: plan {have.get(k)!r}, model {v!r}" for k, v in want.items() if have.get(k) != v]
     if wrong:
         raise ConfigError(
             f"plan={config.plan!r} was written for another model ({'; '.join(wrong)}); make a "
@@ -240,15 +267,21 @@ def digits_model(
     k1, k2 = jax.random.split(key)
     padding = kernel_size // 2 if stride == 1 else 0
     return wbc.ControlledModel(
-        wbc.PatchEmbedding((8, 8), config.d, kernel_size=kernel_size, stride=stride,
-                           padding=padding, key=k1),
+        wbc.PatchEmbedding(
+            (8, 8), config.d, kernel_size=kernel_size, stride=stride, padding=padding, key=k1
+        ),
         wbc.random_transformer(
-            k2, d=config.d, num_heads=config.num_heads, num_layers=config.num_layers,
-            hidden=config.hidden, activation=activation(config), scheme=scheme,
+            k2,
+            d=config.d,
+            num_heads=config.num_heads,
+            num_layers=config.num_layers,
+            hidden=config.hidden,
+            activation=activation(config),
+            scheme=scheme,
             steps_per_layer=steps_per_layer,
         ),
         wbc.ClassifierHead(config.d, 10),
-    )  # fmt: skip
+    )
 
 
 CONTROLS = ("interpolated", "piecewise")

@@ -52,10 +52,23 @@ def _results(acc, schemes=("lie", "strang", "yoshida4"), steps_acc=None):
     for arm, table in (("equal-cost", acc), ("equal-steps", steps_acc or acc)):
         for i, s in enumerate(schemes):
             for k, a in enumerate(table[i]):
-                runs.append({"arm": arm, "scheme": s, "seed": k, "steps": c.arm_steps(arm, s),
-                             "accuracy": a, "spread": 0.01, "consistent": True,
-                             "observed_order": 1.0, "expected_order": 1, "training_time_s": 1.0 + i,
-                             "inference_evaluations": 1.0, "inference_s": 1e-3, "folder": s})  # fmt: skip
+                runs.append(
+                    {
+                        "arm": arm,
+                        "scheme": s,
+                        "seed": k,
+                        "steps": c.arm_steps(arm, s),
+                        "accuracy": a,
+                        "spread": 0.01,
+                        "consistent": True,
+                        "observed_order": 1.0,
+                        "expected_order": 1,
+                        "training_time_s": 1.0 + i,
+                        "inference_evaluations": 1.0,
+                        "inference_s": 1e-3,
+                        "folder": s,
+                    }
+                )
     return SA.Results(config=c, runs=runs, wall_time_s=1.0)
 
 
@@ -68,8 +81,12 @@ def test_verdict_follows_the_numbers():
     assert strang_wins.startswith("Yes: strang (order 2) wins at equal training cost")
     overlap = SA.verdict(_results([[0.85, 0.90], [0.88, 0.91], [0.80, 0.82]]))
     assert overlap.startswith("No: no scheme wins clearly at equal training cost (strang and lie")
-    steps = SA.verdict(_results([[0.90, 0.91], [0.85, 0.89], [0.80, 0.82]],
-                                steps_acc=[[0.90, 0.91], [0.85, 0.89], [0.95, 0.96]]))  # fmt: skip
+    steps = SA.verdict(
+        _results(
+            [[0.90, 0.91], [0.85, 0.89], [0.80, 0.82]],
+            steps_acc=[[0.90, 0.91], [0.85, 0.89], [0.95, 0.96]],
+        )
+    )
     assert "At equal steps (1000): yoshida4 wins" in steps
     assert SA.verdict(_results([[0.9, 0.9]], schemes=("lie",))).startswith("No answer")
 
@@ -78,10 +95,24 @@ def test_a_tiny_run_reports_the_models_of_its_folders(tmp_path):
     """Every run's accuracy and refinement are those of the trained model read back from the
     folder it names; Lie's equal-cost run is its equal-steps run; a second call over the
     finished folders trains nothing and gives the same numbers."""
-    c = SA.Config(steps=8, d=8, num_heads=2, hidden=16, length=3, vocab=6, num_train=64,
-                  num_test=16, batch_size=16, warmup=2, checkpoint_every=4, num_seeds=2,
-                  schemes=("lie", "strang"), certificate_examples=1, max_spread=0.5,
-                  timing_repeats=1)  # fmt: skip
+    c = SA.Config(
+        steps=8,
+        d=8,
+        num_heads=2,
+        hidden=16,
+        length=3,
+        vocab=6,
+        num_train=64,
+        num_test=16,
+        batch_size=16,
+        warmup=2,
+        checkpoint_every=4,
+        num_seeds=2,
+        schemes=("lie", "strang"),
+        certificate_examples=1,
+        max_spread=0.5,
+        timing_repeats=1,
+    )
     r = SA.compute(c, run_dir=tmp_path)
     assert len(r.runs) == 2 * 2 * 2
     with jax.enable_x64(False):

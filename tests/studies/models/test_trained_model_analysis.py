@@ -69,9 +69,12 @@ def test_stability_row_follows_lie_trotters_closed_form():
 
 
 def _net(recipe, order, reduced, gap):
-    return {"recipe": recipe, "orders": [{"observed_order": order, "order_reduced": reduced,
-                                          "expected_order": 1}],
-            "lyapunov_difference": gap, "layers": [{"outside_fraction": 0.1}]}  # fmt: skip
+    return {
+        "recipe": recipe,
+        "orders": [{"observed_order": order, "order_reduced": reduced, "expected_order": 1}],
+        "lyapunov_difference": gap,
+        "layers": [{"outside_fraction": 0.1}],
+    }
 
 
 def _results(*nets):
@@ -79,16 +82,20 @@ def _results(*nets):
 
 
 def test_verdict_follows_the_numbers():
-    yes = TMA.verdict(_results(_net("one-step", 0.42, True, 0.3),
-                               _net("multi-resolution", 1.03, False, 0.02)))  # fmt: skip
+    yes = TMA.verdict(
+        _results(_net("one-step", 0.42, True, 0.3), _net("multi-resolution", 1.03, False, 0.02))
+    )
     assert yes.startswith("Yes. one-step: order 0.42 (expected 1), Lyapunov gap 0.3000, not ")
     assert "multi-resolution: order 1.03 (expected 1), Lyapunov gap 0.0200, faithful" in yes
-    assert TMA.verdict(_results(_net("one-step", 0.4, True, 0.3),
-                                _net("multi-resolution", 1.0, False, 0.2))).startswith("No.")  # fmt: skip
-    assert TMA.verdict(_results(_net("one-step", 0.4, True, 0.3),
-                                _net("multi-resolution", None, False, 0.0))).startswith("No.")  # fmt: skip
-    both = TMA.verdict(_results(_net("one-step", 1.0, False, 0.05),
-                                _net("multi-resolution", 1.0, False, 0.02)))  # fmt: skip
+    assert TMA.verdict(
+        _results(_net("one-step", 0.4, True, 0.3), _net("multi-resolution", 1.0, False, 0.2))
+    ).startswith("No.")
+    assert TMA.verdict(
+        _results(_net("one-step", 0.4, True, 0.3), _net("multi-resolution", None, False, 0.0))
+    ).startswith("No.")
+    both = TMA.verdict(
+        _results(_net("one-step", 1.0, False, 0.05), _net("multi-resolution", 1.0, False, 0.02))
+    )
     assert both.startswith("Partly (the one-step network passes too).")
     assert TMA.verdict(_results(_net("one-step", 1.0, False, 0.0))).startswith("No answer")
 
@@ -110,9 +117,20 @@ def test_a_tiny_run_lyapunov_sum_is_liouvilles(tmp_path):
     """With the full frame, the sum of the layer maps' Lyapunov exponents is the mean of
     log |det DΦ_l| along the orbit (the dense Jacobians of the trained layer maps, read back
     from the run folder; 1e-8); the plan's rows are those of `plan --weights <folder>`."""
-    c = TMA.Config(epochs=1, d=8, num_heads=2, num_layers=2, hidden=16, warmup=2,
-                   checkpoint_every=50, certificate_examples=1, num_exponents=10**6,
-                   plan_methods=("lie",), tolerance=0.1, recipes=("one-step",))  # fmt: skip
+    c = TMA.Config(
+        epochs=1,
+        d=8,
+        num_heads=2,
+        num_layers=2,
+        hidden=16,
+        warmup=2,
+        checkpoint_every=50,
+        certificate_examples=1,
+        num_exponents=10**6,
+        plan_methods=("lie",),
+        tolerance=0.1,
+        recipes=("one-step",),
+    )
     r = TMA.compute(c, run_dir=tmp_path)
     (net,) = r.networks
     with jax.enable_x64(True):

@@ -247,7 +247,9 @@ def test_plan_cli_rejects_a_bad_config(tmp_path):
 
 
 def test_plan_errors(tmp_path):
-    with pytest.raises(ValueError, match="plan.method='nope' is not a known method .*; valid choices: euler"):
+    with pytest.raises(
+        ValueError, match="plan.method='nope' is not a known method .*; valid choices: euler"
+    ):
         wba.DiscretizationPlan("nope", 4, 1e-6, 1e-7, 10, 1.0, 0.25, True)
     with pytest.raises(ValueError, match="plan.tolerance=0.0 must be a number > 0"):
         wba.DiscretizationPlan("rk4", 4, 0.0, 1e-7, 10, 1.0, 0.25, True)
@@ -281,8 +283,15 @@ def test_adaptive_reference_and_predicted_cost():
     # On a smooth field both references agree, and the adaptive one's estimate bounds the gap.
     gap = float(np.max(np.abs(adaptive.u1 - fixed.u1)))
     assert gap < 1e-9 and adaptive.error_estimate < 1e-8
-    lad = wba.error_ladder(m.equation, u0, wb.registry.METHODS["rk4"], [4, 8, 16, 32], fixed,
-                           declared_order=4, repeats=1)  # fmt: skip
+    lad = wba.error_ladder(
+        m.equation,
+        u0,
+        wb.registry.METHODS["rk4"],
+        [4, 8, 16, 32],
+        fixed,
+        declared_order=4,
+        repeats=1,
+    )
     # The fit judges reduction against the declared order (`expected`).
     assert lad.fit.expected == 4.0 and not lad.fit.order_reduction
     # The cost predicted at the finest error is the finest solve's (evaluations ∝ steps).
@@ -330,7 +339,7 @@ def test_a_run_time_step_count_off_the_layers_raises_or_is_a_result():
     solve = eqx.filter_jit(
         lambda k, throw: (
             wb.integrate(m.equation, u0, wb.schemes.LieTrotter(), num_steps=k, throw=throw).result
-        )  # fmt: skip
+        )
     )
     assert solve(jnp.asarray(3), False) == wb.RESULTS.invalid_num_steps
     assert solve(jnp.asarray(4), False) == wb.RESULTS.successful

@@ -22,8 +22,22 @@ def digits_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("weights") / "train"
     # One epoch of a small network (d = 16) at its own discretization: the analyses below
     # solve its trained equation, whatever the recipe that trained it.
-    done = study_cli("train-digits", out, "--epochs", "1", "--certificate-examples", "0",
-                     "--warmup", "5", "--d", "16", "--hidden", "32", "--depth", "fixed")  # fmt: skip
+    done = study_cli(
+        "train-digits",
+        out,
+        "--epochs",
+        "1",
+        "--certificate-examples",
+        "0",
+        "--warmup",
+        "5",
+        "--d",
+        "16",
+        "--hidden",
+        "32",
+        "--depth",
+        "fixed",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return out
 
@@ -31,8 +45,16 @@ def digits_run(tmp_path_factory):
 @pytest.mark.slow
 def test_convergence_order_takes_a_trained_run(digits_run, tmp_path):
     out = tmp_path / "order"
-    done = study_cli("convergence-order", out, "--weights", str(digits_run), "--methods",
-                     "strang,rk4", "--activation-methods", "")  # fmt: skip
+    done = study_cli(
+        "convergence-order",
+        out,
+        "--weights",
+        str(digits_run),
+        "--methods",
+        "strang,rk4",
+        "--activation-methods",
+        "",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((out / "config.json").read_text())["config"]["weights"] == [str(digits_run)]
     results = json.loads((out / "results.json").read_text())
@@ -40,14 +62,20 @@ def test_convergence_order_takes_a_trained_run(digits_run, tmp_path):
     assert {r["weights"] for r in rows.values()} == {"trained-train"}
     # The trained equation's errors, recomputed here from the loaded model: Strang's ladder.
     with jax.enable_x64(True):
-        model = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
-                             wbc.load_run(digits_run))  # fmt: skip
+        model = jax.tree.map(
+            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+            wbc.load_run(digits_run),
+        )
         u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
         ref = wb.analysis.reference_solution(model.transformer.equation, u0, steps_per_layer=64)
         lad = rows["strang"]["ladder"]
         k = lad["steps_per_layer"][0]
-        mine = wb.integrate(model.transformer.equation, u0, wb.schemes.Strang(),
-                            num_steps=k * model.transformer.num_layers).u1  # fmt: skip
+        mine = wb.integrate(
+            model.transformer.equation,
+            u0,
+            wb.schemes.Strang(),
+            num_steps=k * model.transformer.num_layers,
+        ).u1
         assert float(jnp.max(jnp.abs(mine - ref.u1))) == pytest.approx(lad["errors"][0], rel=1e-6)
     assert abs(rows["strang"]["order"] - 2) <= 0.3 and abs(rows["rk4"]["order"] - 4) <= 0.3
     assert any("post-norm (the trained equation is pre-norm)" in s for s in results["skipped"])
@@ -72,8 +100,10 @@ def test_stability_takes_a_trained_run(digits_run, tmp_path):
     # Layer 0's spectral radius: NumPy's eigenvalues of the trained field's dense Jacobian at
     # the first 4 tokens of the embedded saved input (1e-8 relative).
     with jax.enable_x64(True):
-        model = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
-                             wbc.load_run(digits_run))  # fmt: skip
+        model = jax.tree.map(
+            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+            wbc.load_run(digits_run),
+        )
         u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))[:4]
         field = wb.analysis.term_fields(model.transformer.equation, 0.5)["full"]
         jac = jax.jacfwd(lambda v: field(v.reshape(u0.shape)).reshape(-1))(u0.reshape(-1))
@@ -88,18 +118,35 @@ def test_splitting_error_takes_a_trained_run(digits_run, tmp_path):
     RK4 solve (diffrax, `ClassicalRK4`) of the whole field with 64 steps per layer, Frobenius norm, 1e-3
     relative); the Lie local error is (τ²/2)[A, F] of the trained field (ratio within 5 %)."""
     out = tmp_path / "splitting"
-    done = study_cli("splitting-error", out, "--weights", str(digits_run), "--schemes",
-                     "lie,strang", "--placements", "pre", "--steps-per-layer", "1,2,4",
-                     "--reference-steps-per-layer", "64", "--local-taus",
-                     "0.25,0.125,0.0625,0.03125,0.015625", "--reference-substeps", "16",
-                     "--network-subflows", "true")  # fmt: skip
+    done = study_cli(
+        "splitting-error",
+        out,
+        "--weights",
+        str(digits_run),
+        "--schemes",
+        "lie,strang",
+        "--placements",
+        "pre",
+        "--steps-per-layer",
+        "1,2,4",
+        "--reference-steps-per-layer",
+        "64",
+        "--local-taus",
+        "0.25,0.125,0.0625,0.03125,0.015625",
+        "--reference-substeps",
+        "16",
+        "--network-subflows",
+        "true",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((out / "config.json").read_text())["config"]["weights"] == str(digits_run)
     results = json.loads((out / "results.json").read_text())
     row = next(r for r in results["rows"] if (r["scheme"], r["subflows"]) == ("strang", "network"))
     with jax.enable_x64(True):
-        model = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
-                             wbc.load_run(digits_run))  # fmt: skip
+        model = jax.tree.map(
+            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+            wbc.load_run(digits_run),
+        )
         u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
         eq, layers = model.transformer.equation, model.transformer.num_layers
         ref = wb.integrate(eq, u0, wb.solvers.ClassicalRK4(), num_steps=64 * layers).u1
@@ -117,15 +164,18 @@ def test_plan_takes_a_trained_run(digits_run, tmp_path):
     the plan's steps against a Dopri8 solve at 64 steps per layer, max-abs, 1e-6 relative) and
     within the tolerance."""
     out = tmp_path / "plan"
-    done = study_cli("plan", out, "--weights", str(digits_run), "--methods", "rk4,strang",
-                     "--tolerance", "1e-4")  # fmt: skip
+    done = study_cli(
+        "plan", out, "--weights", str(digits_run), "--methods", "rk4,strang", "--tolerance", "1e-4"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((out / "config.json").read_text())["config"]["weights"] == str(digits_run)
     plan = wb.analysis.DiscretizationPlan.load(out / "plan.json")
     assert plan.model["weights"] == str(digits_run) and plan.model["n"] == 65
     with jax.enable_x64(True):
-        model = jax.tree.map(lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
-                             wbc.load_run(digits_run))  # fmt: skip
+        model = jax.tree.map(
+            lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
+            wbc.load_run(digits_run),
+        )
         u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
         eq, layers = model.transformer.equation, model.transformer.num_layers
         ref = wb.integrate(eq, u0, diffrax.Dopri8(), num_steps=64 * layers).u1
@@ -161,14 +211,30 @@ def test_a_network_trained_at_one_lie_step_per_layer_is_not_consistent(tmp_path)
     out = tmp_path / "lie1"
     # A small network (d = 16, 5 epochs: 25 s, where the smoke size's d = 32 and 10 epochs took
     # 45 s) that meets its accuracy target, so the verdict's "No" is the refinement's alone.
-    done = study_cli("train-digits", out, "--depth", "fixed", "--kinetic", "0",
-                     "--smoothness", "0", "--epochs", "5", "--d", "16", "--hidden", "32",
-                     "--target-accuracy", "0.6")  # fmt: skip
+    done = study_cli(
+        "train-digits",
+        out,
+        "--depth",
+        "fixed",
+        "--kinetic",
+        "0",
+        "--smoothness",
+        "0",
+        "--epochs",
+        "5",
+        "--d",
+        "16",
+        "--hidden",
+        "32",
+        "--target-accuracy",
+        "0.6",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     cert = json.loads((out / "certificate.json").read_text())
     acc = cert["accuracy"]
-    spread = max(abs(a - acc["accuracy"]) for a in [*acc["refined_accuracies"],
-                                                     acc["second_accuracy"]])  # fmt: skip
+    spread = max(
+        abs(a - acc["accuracy"]) for a in [*acc["refined_accuracies"], acc["second_accuracy"]]
+    )
     assert acc["spread"] == pytest.approx(spread, abs=1e-12)
     assert spread > cert["max_accuracy_spread"] and cert["consistent"] is False
     # The accuracies are those of the loaded model solved at each refinement.

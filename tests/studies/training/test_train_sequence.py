@@ -18,11 +18,22 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 def test_train_sequence_verdict_follows_the_accuracy():
     c = s.smoke_config()
     r = s.Results(
-        config=c, test_accuracy=0.9, final_params_sha256="0" * 64, baseline_accuracy=0.22,
-        num_steps=200, resumed_from=0, steps_per_second=80.0, compile_time_s=8.0,
-        wall_time_s=30.0, num_devices=1, history_steps=np.arange(1), history_objective=np.ones(1),
-        history_eval_steps=np.arange(1), history_eval_accuracy=np.ones(1), certificate=None,
-    )  # fmt: skip
+        config=c,
+        test_accuracy=0.9,
+        final_params_sha256="0" * 64,
+        baseline_accuracy=0.22,
+        num_steps=200,
+        resumed_from=0,
+        steps_per_second=80.0,
+        compile_time_s=8.0,
+        wall_time_s=30.0,
+        num_devices=1,
+        history_steps=np.arange(1),
+        history_objective=np.ones(1),
+        history_eval_steps=np.arange(1),
+        history_eval_accuracy=np.ones(1),
+        certificate=None,
+    )
     assert s.verdict(r).startswith("No. Held-out token accuracy 90.00 % against the target 70.0 %")
     r = dataclasses.replace(r, certificate=certificate_dict(0.0))
     assert s.verdict(r).startswith("Yes. Held-out token accuracy 90.00 % against the target 70.0 %")
@@ -47,9 +58,25 @@ def test_train_sequence_config_refuses_impossible_tasks():
 
 
 def _cli(out, *extra, wait=True, jax_cache=None):
-    return study_cli("train-sequence", out, "--steps", "80", "--warmup", "10", "--checkpoint-every",
-                     "10", "--num-train", "512", "--num-test", "128", "--certificate-examples",
-                     "0", *extra, wait=wait, jax_cache=jax_cache)  # fmt: skip
+    return study_cli(
+        "train-sequence",
+        out,
+        "--steps",
+        "80",
+        "--warmup",
+        "10",
+        "--checkpoint-every",
+        "10",
+        "--num-train",
+        "512",
+        "--num-test",
+        "128",
+        "--certificate-examples",
+        "0",
+        *extra,
+        wait=wait,
+        jax_cache=jax_cache,
+    )
 
 
 @pytest.mark.slow

@@ -16,9 +16,16 @@ from studies.training import depth_refinement, msa_vs_gradient, regularization_c
 
 
 def _transformer(key, layers=3, steps_per_layer=1):
-    return wbc.random_transformer(key, d=8, num_heads=2, num_layers=layers, hidden=12,
-                                  steps_per_layer=steps_per_layer, dtype=jnp.float64,
-                                  output_scale=0.5)  # fmt: skip
+    return wbc.random_transformer(
+        key,
+        d=8,
+        num_heads=2,
+        num_layers=layers,
+        hidden=12,
+        steps_per_layer=steps_per_layer,
+        dtype=jnp.float64,
+        output_scale=0.5,
+    )
 
 
 def _theta(control, ts):
@@ -57,8 +64,13 @@ def test_coarsening_is_the_mean_over_each_coarse_piece_and_undoes_refinement(get
     for a, b in zip(m.equation.operators, c.equation.operators):
         for j in range(2):
             mean = jax.tree.map(lambda x: x.mean(0), _theta(a.term, 2.0 * (j + ts)))
-            assert _max_diff(eqx.filter(mean, eqx.is_inexact_array),
-                             eqx.filter(b.term.piece(j), eqx.is_inexact_array)) < 1e-13  # fmt: skip
+            assert (
+                _max_diff(
+                    eqx.filter(mean, eqx.is_inexact_array),
+                    eqx.filter(b.term.piece(j), eqx.is_inexact_array),
+                )
+                < 1e-13
+            )
     back = wbc.coarsen_depth(wbc.refine_depth(m, 3), 3)
     assert (
         _max_diff(eqx.filter(back, eqx.is_inexact_array), eqx.filter(m, eqx.is_inexact_array))
@@ -138,13 +150,20 @@ def test_interpolate_controls_passes_through_the_layer_values(getkey):
 def _msa_results(adam, emsa):
     c = msa_vs_gradient.smoke_config()
     return msa_vs_gradient.Results(
-        config=c, methods=["adam", "emsa"], steps=np.arange(10, 70, 10),
-        seconds=np.tile(np.linspace(0.1, 1.0, 6), (2, 1)), objective=np.ones((2, 6)),
-        test_accuracy=np.array([0.9, 0.8]), steps_per_second=np.array([100.0, 10.0]),
-        compile_time_s=np.array([1.0, 2.0]), equal_time_s=1.0,
-        objective_at_equal_time=np.array([adam, emsa]), objective_at_end=np.array([adam, emsa]),
-        emsa_over_adam_at_equal_time=emsa / adam, wall_time_s=3.0,
-    )  # fmt: skip
+        config=c,
+        methods=["adam", "emsa"],
+        steps=np.arange(10, 70, 10),
+        seconds=np.tile(np.linspace(0.1, 1.0, 6), (2, 1)),
+        objective=np.ones((2, 6)),
+        test_accuracy=np.array([0.9, 0.8]),
+        steps_per_second=np.array([100.0, 10.0]),
+        compile_time_s=np.array([1.0, 2.0]),
+        equal_time_s=1.0,
+        objective_at_equal_time=np.array([adam, emsa]),
+        objective_at_end=np.array([adam, emsa]),
+        emsa_over_adam_at_equal_time=emsa / adam,
+        wall_time_s=3.0,
+    )
 
 
 def test_msa_verdict_follows_the_ratio_at_equal_time():
@@ -167,11 +186,16 @@ def _depth_results(change_without, change_with):
     acc[0, 0, 2] += change_without / 100
     acc[1, 0, 2] += change_with / 100
     return depth_refinement.Results(
-        config=c, accuracy=acc, refined_accuracy=np.full((2, 3), 0.9),
-        errors=np.ones((2, 3, 3)), observed_order=np.array([[1.0, np.nan, 1.0]] * 2),
-        smoothness=np.ones((2, 3)), accuracy_change=np.array([change_without, change_with]),
-        expected_order=1, wall_time_s=1.0,
-    )  # fmt: skip
+        config=c,
+        accuracy=acc,
+        refined_accuracy=np.full((2, 3), 0.9),
+        errors=np.ones((2, 3, 3)),
+        observed_order=np.array([[1.0, np.nan, 1.0]] * 2),
+        smoothness=np.ones((2, 3)),
+        accuracy_change=np.array([change_without, change_with]),
+        expected_order=1,
+        wall_time_s=1.0,
+    )
 
 
 def test_depth_refinement_verdict_follows_the_accuracy_change():
@@ -183,11 +207,18 @@ def test_depth_refinement_verdict_follows_the_accuracy_change():
 def _reg_results(needed, acc):
     c = regularization_cost.smoke_config()
     r = regularization_cost.Results(
-        config=c, kinetic_weight=np.array([0.0, 0.01]), smoothness_weight=np.zeros(2),
-        test_accuracy=np.asarray(acc), kinetic_energy=np.ones(2), errors=np.ones((2, 4)),
-        steps_needed=np.asarray(needed), observed_order=np.ones(2), reference=0, cheapest=0,
+        config=c,
+        kinetic_weight=np.array([0.0, 0.01]),
+        smoothness_weight=np.zeros(2),
+        test_accuracy=np.asarray(acc),
+        kinetic_energy=np.ones(2),
+        errors=np.ones((2, 4)),
+        steps_needed=np.asarray(needed),
+        observed_order=np.ones(2),
+        reference=0,
+        cheapest=0,
         wall_time_s=1.0,
-    )  # fmt: skip
+    )
     return r
 
 
@@ -252,16 +283,27 @@ def test_real_model_dynamics_verdict_follows_the_means():
     def results(means):
         k = len(means)
         return s.Results(
-            config=c, layers=np.arange(k), trained=np.arange(k) <= 6,
-            mean_inner_product=np.asarray(means), fraction_clustered=np.zeros(k),
-            num_clusters=np.ones((k, 3), int), histograms=np.ones((7, c.bins)),
-            num_tokens=np.array([10, 10, 10]), steps=np.array([1, 2, 4]),
-            distance_to_network=np.zeros(3), distance_to_reference=np.ones(3),
-            observed_order=None, paraphrase_cosines=np.ones((3, 4)),
-            unrelated_cosines=np.zeros(3), eigenvalues_real=np.zeros((6, 2)),
-            eigenvalues_imag=np.zeros((6, 2)), max_real_eigenvalue=np.zeros(6),
-            largest_stable_step=np.ones(6), lyapunov=np.zeros((6, 2)), wall_time_s=1.0,
-        )  # fmt: skip
+            config=c,
+            layers=np.arange(k),
+            trained=np.arange(k) <= 6,
+            mean_inner_product=np.asarray(means),
+            fraction_clustered=np.zeros(k),
+            num_clusters=np.ones((k, 3), int),
+            histograms=np.ones((7, c.bins)),
+            num_tokens=np.array([10, 10, 10]),
+            steps=np.array([1, 2, 4]),
+            distance_to_network=np.zeros(3),
+            distance_to_reference=np.ones(3),
+            observed_order=None,
+            paraphrase_cosines=np.ones((3, 4)),
+            unrelated_cosines=np.zeros(3),
+            eigenvalues_real=np.zeros((6, 2)),
+            eigenvalues_imag=np.zeros((6, 2)),
+            max_real_eigenvalue=np.zeros(6),
+            largest_stable_step=np.ones(6),
+            lyapunov=np.zeros((6, 2)),
+            wall_time_s=1.0,
+        )
 
     base = [0.1, 0.1, 0.1, 0.1, 0.1, 0.1]
     assert s.verdict(results(base + [0.2, 0.5])).startswith("Yes.")
@@ -279,22 +321,33 @@ def test_real_model_dynamics_says_order_only_when_the_ladder_converges():
     from studies.models import real_model_dynamics as s
 
     r = s.Results(
-        config=s.smoke_config(), layers=np.arange(7), trained=np.arange(7) <= 6,
-        mean_inner_product=np.linspace(0.1, 0.3, 7), fraction_clustered=np.zeros(7),
-        num_clusters=np.ones((7, 3), int), histograms=np.ones((7, 10)),
-        num_tokens=np.array([10, 10, 10]), steps=np.array([1, 2, 4]),
+        config=s.smoke_config(),
+        layers=np.arange(7),
+        trained=np.arange(7) <= 6,
+        mean_inner_product=np.linspace(0.1, 0.3, 7),
+        fraction_clustered=np.zeros(7),
+        num_clusters=np.ones((7, 3), int),
+        histograms=np.ones((7, 10)),
+        num_tokens=np.array([10, 10, 10]),
+        steps=np.array([1, 2, 4]),
         distance_to_network=np.array([0.0, 5.0, 6.0]),
-        distance_to_reference=np.array([8.4, 7.8, 8.0]), observed_order=-0.01,
-        paraphrase_cosines=np.ones((3, 4)), unrelated_cosines=np.zeros(3),
-        eigenvalues_real=np.zeros((6, 2)), eigenvalues_imag=np.zeros((6, 2)),
-        max_real_eigenvalue=np.zeros(6), largest_stable_step=np.ones(6),
-        lyapunov=np.zeros((6, 2)), wall_time_s=1.0,
-    )  # fmt: skip
+        distance_to_reference=np.array([8.4, 7.8, 8.0]),
+        observed_order=-0.01,
+        paraphrase_cosines=np.ones((3, 4)),
+        unrelated_cosines=np.zeros(3),
+        eigenvalues_real=np.zeros((6, 2)),
+        eigenvalues_imag=np.zeros((6, 2)),
+        max_real_eigenvalue=np.zeros(6),
+        largest_stable_step=np.ones(6),
+        lyapunov=np.zeros((6, 2)),
+        wall_time_s=1.0,
+    )
     text = s._convergence_sentence(r)
     assert text.startswith("no convergence over k = 1..4: the distance to the reference goes 8.4")
     assert "observed order" not in text.replace("no observed order", "")
-    good = dataclasses.replace(r, distance_to_reference=np.array([0.4, 0.2, 0.1]),
-                               observed_order=1.0)  # fmt: skip
+    good = dataclasses.replace(
+        r, distance_to_reference=np.array([0.4, 0.2, 0.1]), observed_order=1.0
+    )
     assert s._convergence_sentence(good).startswith("observed order 1.00")
 
 

@@ -268,16 +268,31 @@ def test_record_has_every_field_and_old_positional_construction_works():
 
 NO_FIT_CASES = [
     # local orders 3.3, 1.0, 12.3: no three consecutive points share a slope
-    ([0.1, 0.05, 0.025, 0.0125], [1.0, 1e-1, 5e-2, 1e-5], {}, "no_asymptotic_window",
-     "share one slope"),
+    (
+        [0.1, 0.05, 0.025, 0.0125],
+        [1.0, 1e-1, 5e-2, 1e-5],
+        {},
+        "no_asymptotic_window",
+        "share one slope",
+    ),
     # two points at round-off, two above it
-    ([0.1, 0.05, 0.025, 0.0125], [1e-2, 2.5e-3, 1e-15, 1e-15], {}, "at_floor",
-     "above the round-off floor"),
+    (
+        [0.1, 0.05, 0.025, 0.0125],
+        [1e-2, 2.5e-3, 1e-15, 1e-15],
+        {},
+        "at_floor",
+        "above the round-off floor",
+    ),
     ([0.1, 0.05], [1e-2, 2.5e-3], {}, "too_few_points", "needs at least 3 step sizes"),
     ([0.1, 0.05, 0.025], [np.nan, 2.5e-3, 6.25e-4], {}, "nonfinite_errors", "a run diverged"),
-    ([0.1, 0.05, 0.025], [1e-2, 2.5e-3, 0.0], {"asymptotic": False}, "zero_errors",
-     "needs all errors > 0"),
-]  # fmt: skip
+    (
+        [0.1, 0.05, 0.025],
+        [1e-2, 2.5e-3, 0.0],
+        {"asymptotic": False},
+        "zero_errors",
+        "needs all errors > 0",
+    ),
+]
 
 
 @pytest.mark.parametrize("steps, errors, kwargs, result, reason", NO_FIT_CASES)

@@ -360,9 +360,16 @@ VIT_CASES = [
 def _vit_case(case, dtype):
     d, heads, layers, inter, image, patch, channels, qkv_bias = case
     rng = np.random.default_rng([300, d, heads, layers, *image, *patch])
-    cfg = A.vit_config(d=d, num_heads=heads, num_layers=layers, intermediate=inter,
-                       image_size=image, patch_size=patch, num_channels=channels,
-                       qkv_bias=qkv_bias)  # fmt: skip
+    cfg = A.vit_config(
+        d=d,
+        num_heads=heads,
+        num_layers=layers,
+        intermediate=inter,
+        image_size=image,
+        patch_size=patch,
+        num_channels=channels,
+        qkv_bias=qkv_bias,
+    )
     sd = A.random_vit_state_dict(rng, cfg, dtype=dtype)
     pixels = rng.standard_normal((2, channels, *image)).astype(dtype)
     return cfg, sd, pixels
@@ -374,8 +381,9 @@ def test_vit_matches_hf(case, dtype):
     """`vit_from_hf(...)(image)` equals `ViTModel(pixel_values).last_hidden_state[0]`, for two
     images through `jax.vmap`."""
     cfg, sd, pixels = _vit_case(case, dtype)
-    ref = _load(transformers.ViTModel(transformers.ViTConfig(**cfg), add_pooling_layer=False),
-                sd, dtype)  # fmt: skip
+    ref = _load(
+        transformers.ViTModel(transformers.ViTConfig(**cfg), add_pooling_layer=False), sd, dtype
+    )
     want = _torch_run(ref, pixel_values=torch.from_numpy(pixels)).last_hidden_state.numpy()
     v = A.vit_from_hf(sd, cfg)
     got = np.asarray(_apply_batch(v, jnp.asarray(pixels)))
@@ -399,15 +407,23 @@ def test_vit_classifier_is_vit_for_image_classification_and_exports_to_it(rng):
     import workbench.control as wbc
 
     cfg, sd, pixels = _vit_case(VIT_CASES[1], np.float64)
-    ref = _load(transformers.ViTForImageClassification(transformers.ViTConfig(**cfg, num_labels=5)),
-                {**{"vit." + k: v for k, v in sd.items()},
-                 "classifier.weight": rng.standard_normal((5, cfg["hidden_size"])),
-                 "classifier.bias": rng.standard_normal(5)}, np.float64)  # fmt: skip
+    ref = _load(
+        transformers.ViTForImageClassification(transformers.ViTConfig(**cfg, num_labels=5)),
+        {
+            **{"vit." + k: v for k, v in sd.items()},
+            "classifier.weight": rng.standard_normal((5, cfg["hidden_size"])),
+            "classifier.bias": rng.standard_normal(5),
+        },
+        np.float64,
+    )
     full = {k: v.numpy() for k, v in ref.state_dict().items()}
     want = _torch_run(ref, pixel_values=torch.from_numpy(pixels)).logits.numpy()
     model = wbc.vit_classifier(A.vit_from_hf(full, cfg), 5)
-    model = eqx.tree_at(lambda m: (m.head.weight, m.head.bias), model,
-                        (jnp.asarray(full["classifier.weight"].T), jnp.asarray(full["classifier.bias"])))  # fmt: skip
+    model = eqx.tree_at(
+        lambda m: (m.head.weight, m.head.bias),
+        model,
+        (jnp.asarray(full["classifier.weight"].T), jnp.asarray(full["classifier.bias"])),
+    )
     _assert_close(_apply_batch(model, jnp.asarray(pixels)), want, np.float64, "ViT classifier")
     back, back_cfg = A.vit_to_hf(A.vit_from_hf(sd, cfg))
     assert sorted(back) == sorted(sd) and all(np.array_equal(back[k], sd[k]) for k in sd)
@@ -424,11 +440,20 @@ def test_vit_classifier_is_vit_for_image_classification_and_exports_to_it(rng):
 # rates by the stage number, so it needs depth[s] > s: the depths below respect that.
 CVT_CASES = [
     ((32, 32), dict()),  # 2 stages, 8×8 → 4×4 grids, class token in the last
-    ((40, 28), dict(embed_dim=(8, 12, 16), num_heads=(1, 2, 4), depth=(1, 2, 3),
-                    patch_sizes=(7, 3, 3), patch_stride=(4, 2, 2), patch_padding=(2, 1, 1),
-                    stride_kv=(1, 2, 2))),  # 3 stages, non-square 10×7 → 5×4 → 3×2
+    (
+        (40, 28),
+        dict(
+            embed_dim=(8, 12, 16),
+            num_heads=(1, 2, 4),
+            depth=(1, 2, 3),
+            patch_sizes=(7, 3, 3),
+            patch_stride=(4, 2, 2),
+            patch_padding=(2, 1, 1),
+            stride_kv=(1, 2, 2),
+        ),
+    ),  # 3 stages, non-square 10×7 → 5×4 → 3×2
     ((24, 36), dict(cls_token_last=False, qkv_bias=False, num_channels=1)),  # no class token
-]  # fmt: skip
+]
 
 
 def _cvt_case(case, dtype):
@@ -469,8 +494,7 @@ def test_direct_cvt_matches_hf():
     the last stage's tokens and the class token (or its absence)."""
     for case in CVT_CASES:
         cfg, sd, pixels = _cvt_case(case, np.float64)
-        out = _torch_run(A.hf_cvt(sd, cfg, dtype=np.float64),
-                         pixel_values=torch.from_numpy(pixels))  # fmt: skip
+        out = _torch_run(A.hf_cvt(sd, cfg, dtype=np.float64), pixel_values=torch.from_numpy(pixels))
         last = out.last_hidden_state.numpy()
         for b, x in enumerate(pixels):
             tokens, cls = A.direct_cvt(sd, cfg, x)

@@ -160,8 +160,13 @@ def test_logged_learning_rate_is_the_schedule_or_empty(getkey, rng, tmp_path):
     import optax
 
     model, data = tiny_model(getkey()), tiny_data(rng)
-    res = _train(model, data, steps=12, log_every=1,
-                 optimizer=wbc.default_optimizer(1e-2, steps=12, warmup=4))  # fmt: skip
+    res = _train(
+        model,
+        data,
+        steps=12,
+        log_every=1,
+        optimizer=wbc.default_optimizer(1e-2, steps=12, warmup=4),
+    )
     schedule = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 4, 12, 1e-2 * 0.01)
     want = [float(schedule(r["step"] - 1)) for r in res.history]
     np.testing.assert_allclose([r["learning_rate"] for r in res.history], want, rtol=1e-6)
@@ -297,8 +302,11 @@ _DRIVER = textwrap.dedent(
 
 
 def _run_driver(devices: int, run_dir="", shard: bool = False) -> dict:
-    env = dict(os.environ, XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"),
-               JAX_PLATFORMS="cpu")  # fmt: skip
+    env = dict(
+        os.environ,
+        XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"),
+        JAX_PLATFORMS="cpu",
+    )
     code = _DRIVER.format(tests=str(REPO / "tests"))
     done = subprocess.run(
         [sys.executable, "-c", code, str(run_dir), "shard" if shard else "replicate"],
@@ -372,8 +380,11 @@ def test_two_processes_with_sharded_parameters_train_and_checkpoint_as_one(tmp_p
     step-10 checkpoint resumes in one process with the two-process losses to 1e-6."""
     from helpers import run_processes
 
-    env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=1"),
-               JAX_PLATFORMS="cpu")  # fmt: skip
+    env = dict(
+        os.environ,
+        XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=1"),
+        JAX_PLATFORMS="cpu",
+    )
     code = _DISTRIBUTED.format(tests=str(REPO / "tests"))
     outs = run_processes(code, [tmp_path, "shard"], env=env)
     one = one_device
@@ -398,11 +409,22 @@ def test_train_digits_verdict_follows_the_accuracy():
 
     c = s.smoke_config()
     r = s.Results(
-        config=c, test_accuracy=0.9, final_params_sha256="0" * 64, baseline_accuracy=0.96,
-        num_steps=210, resumed_from=0, steps_per_second=20.0, compile_time_s=6.0,
-        wall_time_s=30.0, num_devices=1, history_steps=np.arange(1), history_objective=np.ones(1),
-        history_eval_steps=np.arange(1), history_eval_accuracy=np.ones(1), certificate=None,
-    )  # fmt: skip
+        config=c,
+        test_accuracy=0.9,
+        final_params_sha256="0" * 64,
+        baseline_accuracy=0.96,
+        num_steps=210,
+        resumed_from=0,
+        steps_per_second=20.0,
+        compile_time_s=6.0,
+        wall_time_s=30.0,
+        num_devices=1,
+        history_steps=np.arange(1),
+        history_objective=np.ones(1),
+        history_eval_steps=np.arange(1),
+        history_eval_accuracy=np.ones(1),
+        certificate=None,
+    )
     # No certificate: nothing says the network is a discretization of its equation.
     assert s.verdict(r).startswith("No. Held-out accuracy 90.00 % against the target 75.0 %")
     assert "no certificate decided" in s.verdict(r)
@@ -434,10 +456,22 @@ def test_training_configs_refuse_bad_names_and_foreign_plans(tmp_path):
     with pytest.raises(ConfigError, match=r"batch_size=5000 is not allowed; at most 1347"):
         s.Config(batch_size=5000)
     plan = wb.analysis.DiscretizationPlan(
-        method="strang", steps_per_layer=2, tolerance=1e-4, measured_error=1e-5, evaluations=0,
-        largest_stable_step=1.0, step=0.5, stable=True,
-        model={"d": 32, "num_layers": 6, "num_heads": 4, "dim_feedforward": 128, "equation": "pre-norm"},
-    )  # fmt: skip
+        method="strang",
+        steps_per_layer=2,
+        tolerance=1e-4,
+        measured_error=1e-5,
+        evaluations=0,
+        largest_stable_step=1.0,
+        step=0.5,
+        stable=True,
+        model={
+            "d": 32,
+            "num_layers": 6,
+            "num_heads": 4,
+            "dim_feedforward": 128,
+            "equation": "pre-norm",
+        },
+    )
     plan.save(tmp_path / "plan.json")
     config = s.Config(plan=str(tmp_path / "plan.json"))
     with pytest.raises(
@@ -457,8 +491,10 @@ def test_adjoint_accuracy_verdict_follows_the_orders():
     c = s.smoke_config()
     lie = s.Ladder("lie", 1, [2, 4, 8], [0.2, 0.1, 0.05], 1.0, (0.9, 1.1))
     strang = s.Ladder("strang", 2, [2, 4, 8], [4e-3, 1e-3, 2.5e-4], 2.0, (1.9, 2.1))
-    costs = [s.Cost("dto", [2, 8], [100, 400], [1e-3, 2e-3], [1.0, 1.0]),
-             s.Cost("dto-every-step", [2, 8], [60, 80], [2e-3, 3e-3], [1.0, 1.0])]  # fmt: skip
+    costs = [
+        s.Cost("dto", [2, 8], [100, 400], [1e-3, 2e-3], [1.0, 1.0]),
+        s.Cost("dto-every-step", [2, 8], [60, 80], [2e-3, 3e-3], [1.0, 1.0]),
+    ]
     r = s.Results(c, [lie, strang], costs, 10.0)
     text = s.verdict(r)
     assert text.startswith("Yes.") and "lie 1.00 (expected 1)" in text and "0.20×" in text
@@ -479,8 +515,9 @@ def test_train_digits_vit_exports_a_hugging_face_classifier_with_its_accuracy(tm
     import studies.training.train_digits as s
 
     torch, transformers = require_reference()
-    config = dataclasses.replace(s.smoke_config(), embedding="vit", epochs=3,
-                                 certificate_examples=0)  # fmt: skip
+    config = dataclasses.replace(
+        s.smoke_config(), embedding="vit", epochs=3, certificate_examples=0
+    )
     results = s.compute(config, run_dir=tmp_path)
     cfg = json.loads((tmp_path / "vit_for_image_classification.json").read_text())
     with np.load(tmp_path / "vit_for_image_classification.npz", allow_pickle=False) as f:
@@ -492,9 +529,14 @@ def test_train_digits_vit_exports_a_hugging_face_classifier_with_its_accuracy(tm
     with torch.inference_mode():
         logits = hf(pixel_values=torch.from_numpy(test.inputs[:, None])).logits.numpy()
     ours = wbc.vit_classifier(wb.architectures.vit_from_hf(weights, cfg), 10)
-    ours = eqx.tree_at(lambda m: (m.head.weight, m.head.bias), ours,
-                       (jnp.asarray(weights["classifier.weight"].numpy().T),
-                        jnp.asarray(weights["classifier.bias"].numpy())))  # fmt: skip
+    ours = eqx.tree_at(
+        lambda m: (m.head.weight, m.head.bias),
+        ours,
+        (
+            jnp.asarray(weights["classifier.weight"].numpy().T),
+            jnp.asarray(weights["classifier.bias"].numpy()),
+        ),
+    )
     assert np.max(np.abs(np.asarray(jax.vmap(ours)(jnp.asarray(test.inputs))) - logits)) <= 1e-4
     hf_accuracy = float(np.mean(logits.argmax(1) == test.targets))
     assert abs(hf_accuracy - results.test_accuracy) <= 1 / len(test.targets), (
@@ -504,9 +546,25 @@ def test_train_digits_vit_exports_a_hugging_face_classifier_with_its_accuracy(tm
 
 
 def _cli(out, *extra, wait=True, jax_cache=None):
-    return study_cli("train-digits", out, "--epochs", "2", "--d", "16", "--hidden", "32",
-                     "--warmup", "10", "--checkpoint-every", "10", "--certificate-examples", "0",
-                     *extra, wait=wait, jax_cache=jax_cache)  # fmt: skip
+    return study_cli(
+        "train-digits",
+        out,
+        "--epochs",
+        "2",
+        "--d",
+        "16",
+        "--hidden",
+        "32",
+        "--warmup",
+        "10",
+        "--checkpoint-every",
+        "10",
+        "--certificate-examples",
+        "0",
+        *extra,
+        wait=wait,
+        jax_cache=jax_cache,
+    )
 
 
 @pytest.mark.slow

@@ -65,7 +65,7 @@ def test_dto_gradient_matches_central_differences(getkey, rng):
         (wb.schemes.LieTrotter(), (8, 16, 32), 1, True),
         (wb.schemes.Strang(), (4, 8, 16), 2, True),
         (wb.schemes.Suzuki4(), (2, 4), 4, False),
-    ],  # fmt: skip
+    ],
 )
 def test_continuous_adjoint_converges_to_the_discrete_gradient_at_the_scheme_order(
     rng, scheme, ladder, order, kinetic
@@ -120,8 +120,10 @@ def test_msa_first_inner_step_moves_every_layer_against_the_gradient(getkey, rng
     (v2, _), d = eqx.filter_jit(msa.value_and_direction)(objective, model, xs, ys)
     assert float(v2) == pytest.approx(float(v1), rel=1e-13)
     for op_g, op_d in zip(g.transformer.equation.operators, d.transformer.equation.operators):
-        for a, b in zip(jax.tree.leaves((op_g.term.values, op_g.projection.values)),
-                        jax.tree.leaves((op_d.term.values, op_d.projection.values))):  # fmt: skip
+        for a, b in zip(
+            jax.tree.leaves((op_g.term.values, op_g.projection.values)),
+            jax.tree.leaves((op_d.term.values, op_d.projection.values)),
+        ):
             a, b = np.asarray(a), np.asarray(b)
             big = np.abs(a) > 1e-9  # key biases: zero gradient (softmax shift invariance)
             # Adam's first step, bias-corrected: η g / (|g| + 1e-8).
@@ -139,8 +141,16 @@ def test_extended_msa_trains(getkey, rng):
     msa = wbc.SuccessiveApproximations(
         rho=1.0, inner_steps=3, inner_learning_rate=5e-3, outer_learning_rate=0.05
     )
-    res = train(model, data, steps=30, batch_size=8, log_every=5, method=msa,
-                    optimizer=optax.sgd(1.0), progress=False)  # fmt: skip
+    res = train(
+        model,
+        data,
+        steps=30,
+        batch_size=8,
+        log_every=5,
+        method=msa,
+        optimizer=optax.sgd(1.0),
+        progress=False,
+    )
     losses = [r["loss"] for r in res.history]
     assert losses[-1] < 0.8 * losses[0], losses
 
@@ -155,9 +165,15 @@ def test_certificate_measures_the_trained_discretization(getkey):
     tr = model.transformer
     states = jax.random.normal(getkey(), (2, 5, 8), jnp.float64)
     plan = wb.analysis.DiscretizationPlan(
-        method="strang", steps_per_layer=4, tolerance=1e-3, measured_error=0.0, evaluations=0,
-        largest_stable_step=1.0, step=0.25, stable=True,
-    )  # fmt: skip
+        method="strang",
+        steps_per_layer=4,
+        tolerance=1e-3,
+        measured_error=0.0,
+        evaluations=0,
+        largest_stable_step=1.0,
+        step=0.25,
+        stable=True,
+    )
     cert = wbc.certify(tr, states, plan=plan, ladder=(2, 4, 8, 16))
     ref = [wb.integrate(tr.equation, u, diffrax.Dopri8(), num_steps=2 * 128).u1 for u in states]
     ours = [tr.solve(u).u1 for u in states]
@@ -185,10 +201,16 @@ def test_certificate_flags_an_order_off_the_schemes_either_way(getkey, monkeypat
     model = tiny_model(getkey(), layers=2, steps_per_layer=2)
     states = jax.random.normal(getkey(), (1, 5, 8), jnp.float64)
     accuracy = RefinementAccuracy(
-        scheme="LieTrotter", steps_per_layer=2, accuracy=0.9, refined_steps_per_layer=[4],
-        refined_accuracies=[0.9], second_scheme="Strang", second_steps_per_layer=4,
-        second_accuracy=0.9, spread=0.0,
-    )  # fmt: skip
+        scheme="LieTrotter",
+        steps_per_layer=2,
+        accuracy=0.9,
+        refined_steps_per_layer=[4],
+        refined_accuracies=[0.9],
+        second_scheme="Strang",
+        second_steps_per_layer=4,
+        second_accuracy=0.9,
+        spread=0.0,
+    )
     with pytest.raises(ValueError, match=r"order_tolerance=-0.1 must be a finite number >= 0"):
         wbc.certify(model.transformer, states, order_tolerance=-0.1)
     base = wbc.certify(model.transformer, states, ladder=(2, 4, 8, 16), accuracy=accuracy)
@@ -245,14 +267,29 @@ def test_checkpoint_every_needs_a_divisor(getkey):
     with pytest.raises(
         ValueError, match="not a multiple of 3; choose every among the divisors of 2"
     ):
-        wb.integrate(model.transformer.equation, u, wb.schemes.LieTrotter(), num_steps=2,
-                     adjoint=wb.CheckpointEvery(3))  # fmt: skip
+        wb.integrate(
+            model.transformer.equation,
+            u,
+            wb.schemes.LieTrotter(),
+            num_steps=2,
+            adjoint=wb.CheckpointEvery(3),
+        )
     with pytest.raises(ValueError, match="does not apply to a splitting scheme"):
-        wb.integrate(model.transformer.equation, u, wb.schemes.LieTrotter(), num_steps=2,
-                     adjoint=diffrax.BacksolveAdjoint())  # fmt: skip
+        wb.integrate(
+            model.transformer.equation,
+            u,
+            wb.schemes.LieTrotter(),
+            num_steps=2,
+            adjoint=diffrax.BacksolveAdjoint(),
+        )
     with pytest.raises(ValueError, match="does not apply to a diffrax solver"):
-        wb.integrate(model.transformer.equation, u, diffrax.Tsit5(), num_steps=2,
-                     adjoint=wb.CheckpointEvery(1))  # fmt: skip
+        wb.integrate(
+            model.transformer.equation,
+            u,
+            diffrax.Tsit5(),
+            num_steps=2,
+            adjoint=wb.CheckpointEvery(1),
+        )
 
 
 @pytest.mark.slow
@@ -273,6 +310,10 @@ def test_backsolve_adjoint_converges_to_the_discrete_gradient(getkey):
     for k in (2, 4, 8):
         g_exact = eqx.filter_grad(loss)(eq, k, None)
         g_back = eqx.filter_grad(loss)(eq, k, diffrax.BacksolveAdjoint())
-        gaps.append(max(float(jnp.max(jnp.abs(a - b)))
-                        for a, b in zip(jax.tree.leaves(g_exact), jax.tree.leaves(g_back))))  # fmt: skip
+        gaps.append(
+            max(
+                float(jnp.max(jnp.abs(a - b)))
+                for a, b in zip(jax.tree.leaves(g_exact), jax.tree.leaves(g_back))
+            )
+        )
     assert gaps[0] > 0 and gaps[1] < gaps[0] / 8 and gaps[2] < gaps[1] / 8, gaps

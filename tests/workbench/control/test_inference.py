@@ -96,8 +96,15 @@ def test_adaptive_accuracy_compiles_once_for_every_tolerance_and_model(getkey, r
             @jax.jit
             def constant(xs):
                 def one(x):
-                    sol = integrate(eq, m.embedding(x), diffrax.Bosh3(), stepsize_controller=ctrl,
-                                    dt0=eq.piece_length, max_steps=256, throw=False)  # fmt: skip
+                    sol = integrate(
+                        eq,
+                        m.embedding(x),
+                        diffrax.Bosh3(),
+                        stepsize_controller=ctrl,
+                        dt0=eq.piece_length,
+                        max_steps=256,
+                        throw=False,
+                    )
                     return m.head(sol.y), sol.stats["num_evaluations"]
 
                 return jax.vmap(one)(xs)
@@ -149,11 +156,19 @@ def _results(own, spreads, consistent, recipes=("one-step", "multi-resolution"))
     n = len(recipes)
     acc = np.asarray([[a] * len(CD.FACTORS) for a in own])
     return CD.Results(
-        config=c, accuracy=acc, second_scheme=["Strang"] * n, second_accuracy=acc[:, -1],
-        spread=np.asarray(spreads), consistent=np.asarray(consistent, float),
-        observed_order=np.ones(n), expected_order=np.ones(n), training_time_s=np.ones(n),
-        compression=[], adaptive=[], wall_time_s=1.0,
-    )  # fmt: skip
+        config=c,
+        accuracy=acc,
+        second_scheme=["Strang"] * n,
+        second_accuracy=acc[:, -1],
+        spread=np.asarray(spreads),
+        consistent=np.asarray(consistent, float),
+        observed_order=np.ones(n),
+        expected_order=np.ones(n),
+        training_time_s=np.ones(n),
+        compression=[],
+        adaptive=[],
+        wall_time_s=1.0,
+    )
 
 
 def test_refinement_accuracy_is_the_rediscretized_models_and_compiles_once_per_scheme(
@@ -224,8 +239,11 @@ def test_continuous_depth_config_errors_name_the_field():
     # coarse-basis draws: the multi-resolution recipe's only; factors must divide the layers
     assert c.digits_config("multi-resolution").coarsen == (2,)
     assert c.digits_config("one-step").coarsen == ()
-    with pytest.raises(ConfigError, match=r"coarsen=\(3,\) is not allowed; factors dividing "
-                       r"num_layers=4 \(not 3\)"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"coarsen=\(3,\) is not allowed; factors dividing "
+        r"num_layers=4 \(not 3\)",
+    ):
         CD.Config(coarsen=(3,))
     with pytest.raises(ConfigError, match=r"coarsen=\(2, 2\) is not allowed; distinct integers"):
         CD.Config(coarsen=(2, 2))
@@ -252,8 +270,12 @@ def test_coarse_draws_reach_the_training_step_and_stay_out_of_old_identities():
     step = T.train_step(train_digits.Config(coarse_weight=2.0), 10)
     assert step.discretization == wbc.MultiResolution((1, 2, 4), (0.2, 0.2, 0.2, 0.4), coarsen=(2,))
     assert T.fingerprint(train_digits.Config(coarse_weight=2.0))["coarse_weight"] == 2.0
-    step = T.train_step(train_digits.Config(resolutions=(1, 2), coarsen=(2, 4), coarse_weight=3), 10)
-    assert step.discretization.probabilities == pytest.approx((1 / 8, 1 / 8, 3 / 8, 3 / 8), abs=1e-15)
+    step = T.train_step(
+        train_digits.Config(resolutions=(1, 2), coarsen=(2, 4), coarse_weight=3), 10
+    )
+    assert step.discretization.probabilities == pytest.approx(
+        (1 / 8, 1 / 8, 3 / 8, 3 / 8), abs=1e-15
+    )
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ConfigError, match=rf"coarse_weight={bad} is not allowed; a positive"):
             train_digits.Config(coarse_weight=bad)

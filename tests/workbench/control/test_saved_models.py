@@ -39,8 +39,16 @@ def test_a_saved_model_comes_back_bit_for_bit_and_predicts_the_same(getkey, tmp_
         model = tiny_model(getkey(), scheme=wb.schemes.Strang(), steps_per_layer=3)
         x = jax.random.normal(getkey(), (4, 4), jnp.float64)
     elif kind == "vit":
-        vit = wbc.random_vit(getkey(), image_size=(4, 4), patch_size=2, d=8, num_heads=2,
-                             num_layers=2, hidden=12, dtype=jnp.float32)  # fmt: skip
+        vit = wbc.random_vit(
+            getkey(),
+            image_size=(4, 4),
+            patch_size=2,
+            d=8,
+            num_heads=2,
+            num_layers=2,
+            hidden=12,
+            dtype=jnp.float32,
+        )
         model = wbc.interpolate_controls(wbc.vit_classifier(vit, 3))
         x = jax.random.normal(getkey(), (4, 4), jnp.float32)
     else:
@@ -49,13 +57,19 @@ def test_a_saved_model_comes_back_bit_for_bit_and_predicts_the_same(getkey, tmp_
             wbc.TokenEmbedding(6, 5, 8, key=k1),
             wbc.random_transformer(
                 k2, d=8, num_heads=2, num_layers=2, hidden=12, causal=True, activation=wb.terms.relu
-            ),  # fmt: skip
+            ),
             wbc.SequenceHead(8, 6),
         )
         x = jnp.asarray([1, 2, 3, 0, 5])
     # Values that are not the initial ones (a zero head would hide a mix-up).
-    model = jax.tree.map(lambda a: a + 0.01 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape)
-                         if eqx.is_inexact_array(a) else a, model)  # fmt: skip
+    model = jax.tree.map(
+        lambda a: (
+            a + 0.01 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape)
+            if eqx.is_inexact_array(a)
+            else a
+        ),
+        model,
+    )
     wbc.save_model(tmp_path, model)
     back = load_model(tmp_path)
     _same(back, model)
@@ -63,34 +77,58 @@ def test_a_saved_model_comes_back_bit_for_bit_and_predicts_the_same(getkey, tmp_
     assert back.transformer.steps_per_layer == model.transformer.steps_per_layer
     np.testing.assert_array_equal(np.asarray(back(x)), np.asarray(model(x)))
     fine = back.rediscretize(wb.schemes.Strang(), 4)
-    np.testing.assert_array_equal(np.asarray(fine(x)), np.asarray(model.rediscretize(
-        wb.schemes.Strang(), 4)(x)))  # fmt: skip
+    np.testing.assert_array_equal(
+        np.asarray(fine(x)), np.asarray(model.rediscretize(wb.schemes.Strang(), 4)(x))
+    )
 
 
 def test_load_run_returns_the_trained_model_of_a_run_folder(getkey, rng, tmp_path):
     model, data = tiny_model(getkey(), steps_per_layer=2), tiny_data(rng, n=24)
     step = wbc.TrainStep(optax.adam(1e-2))
-    result = wbc.train(step, model, data, steps=6, batch_size=4, run_dir=tmp_path,
-                       checkpoint_every=3, progress=False)  # fmt: skip
+    result = wbc.train(
+        step,
+        model,
+        data,
+        steps=6,
+        batch_size=4,
+        run_dir=tmp_path,
+        checkpoint_every=3,
+        progress=False,
+    )
     back = wbc.load_run(tmp_path)
     _same(back, result.model)
-    assert params_sha256(back) == json.loads((tmp_path / "model.json").read_text())[
-        "params_sha256"]  # fmt: skip
+    assert params_sha256(back) == json.loads((tmp_path / "model.json").read_text())["params_sha256"]
     assert back.transformer.steps_per_layer == 2
     # The first training inputs (no held-out data given) come with it, for the analyses.
     np.testing.assert_array_equal(wbc.run_inputs(tmp_path), data.inputs[:8])
     # A finished run called again leaves the files as they are.
     stamp = (tmp_path / "model.eqx").stat().st_mtime_ns
-    wbc.train(step, model, data, steps=6, batch_size=4, run_dir=tmp_path, checkpoint_every=3,
-              progress=False)  # fmt: skip
+    wbc.train(
+        step,
+        model,
+        data,
+        steps=6,
+        batch_size=4,
+        run_dir=tmp_path,
+        checkpoint_every=3,
+        progress=False,
+    )
     assert (tmp_path / "model.eqx").stat().st_mtime_ns == stamp
 
 
 def test_an_unfinished_or_damaged_run_is_refused_naming_what_to_do(getkey, rng, tmp_path):
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     run = tmp_path / "run"
-    wbc.train(wbc.TrainStep(optax.sgd(0.1)), model, data, steps=4, batch_size=4, run_dir=run,
-              checkpoint_every=2, progress=False)  # fmt: skip
+    wbc.train(
+        wbc.TrainStep(optax.sgd(0.1)),
+        model,
+        data,
+        steps=4,
+        batch_size=4,
+        run_dir=run,
+        checkpoint_every=2,
+        progress=False,
+    )
     (run / "model.json").rename(tmp_path / "model.json")
     with pytest.raises(ValueError, match="the run has not finished"):
         wbc.load_run(run)
@@ -164,8 +202,15 @@ def trained_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("run")
     model = tiny_model(jax.random.key(0), steps_per_layer=2)
     data = tiny_data(np.random.default_rng(0), n=8)
-    result = wbc.train(wbc.TrainStep(optax.sgd(0.1)), model, data, steps=1, batch_size=4,
-                       run_dir=folder, progress=False)  # fmt: skip
+    result = wbc.train(
+        wbc.TrainStep(optax.sgd(0.1)),
+        model,
+        data,
+        steps=1,
+        batch_size=4,
+        run_dir=folder,
+        progress=False,
+    )
     return folder, result.model
 
 
@@ -198,8 +243,14 @@ def test_an_edited_structure_is_refused_and_an_old_manifest_still_loads(getkey, 
     per layer, the scheme) is refused naming `model.json`; a manifest of format
     `workbench.model/1` (no structure hash) still loads, by value."""
     model = tiny_model(getkey(), scheme=wb.schemes.Strang(), steps_per_layer=3)
-    model = jax.tree.map(lambda a: a + 0.01 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape)
-                         if eqx.is_inexact_array(a) else a, model)  # fmt: skip
+    model = jax.tree.map(
+        lambda a: (
+            a + 0.01 * jnp.arange(a.size, dtype=a.dtype).reshape(a.shape)
+            if eqx.is_inexact_array(a)
+            else a
+        ),
+        model,
+    )
     manifest = wbc.save_model(tmp_path, model)
     original = json.loads(manifest.read_text())
     assert original["format"] == "workbench.model/2"

@@ -31,8 +31,9 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
     `train`'s parameters and metrics exactly (same batches, same augmentation keys)."""
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     step = _step(augment=wbc.random_shift(1))
-    result = wbc.train(step, model, data, steps=STEPS, batch_size=BATCH, seed=3, log_every=1,
-                       progress=False)  # fmt: skip
+    result = wbc.train(
+        step, model, data, steps=STEPS, batch_size=BATCH, seed=3, log_every=1, progress=False
+    )
 
     state = step.init(model, key=jax.random.key(3))
     run = eqx.filter_jit(step)
@@ -44,9 +45,12 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
         losses.append(float(info["loss"]))
     assert int(state.step) == STEPS
     # One program per loop: XLA may fuse them differently, so equal to float64 round-off.
-    chex.assert_trees_all_close(eqx.filter(state.model, eqx.is_inexact_array),
-                                eqx.filter(result.model, eqx.is_inexact_array), rtol=1e-12,
-                                atol=1e-14)  # fmt: skip
+    chex.assert_trees_all_close(
+        eqx.filter(state.model, eqx.is_inexact_array),
+        eqx.filter(result.model, eqx.is_inexact_array),
+        rtol=1e-12,
+        atol=1e-14,
+    )
     np.testing.assert_allclose([r["loss"] for r in result.history], losses, rtol=1e-12)
 
 
@@ -94,11 +98,14 @@ def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_
     def run(seed, lr=1e-2, kinetic=None, optimizer=None):
         step = wbc.TrainStep(
             optimizer or wbc.default_optimizer(lr, steps=STEPS, warmup=2),
-            objective=wbc.Objective(kinetic=None if kinetic is None else wbc.KineticEnergy(kinetic)),
+            objective=wbc.Objective(
+                kinetic=None if kinetic is None else wbc.KineticEnergy(kinetic)
+            ),
             augment=wbc.random_shift(1),
         )
-        return wbc.train(step, model, data, steps=STEPS, batch_size=BATCH, seed=seed,
-                         progress=False).params_sha256  # fmt: skip
+        return wbc.train(
+            step, model, data, steps=STEPS, batch_size=BATCH, seed=seed, progress=False
+        ).params_sha256
 
     first = run(0)
     reused = [run(1), run(2, lr=3e-3)]
@@ -173,9 +180,11 @@ def test_default_optimizer_is_optax_adamw_with_its_warmup_cosine_schedule(getkey
     state = ours.init({"w": jnp.zeros(3, jnp.float64)})
     for c in range(steps + 3):
         a = min(c - warmup, decay)
-        want = lr * c / warmup if c < warmup else lr * (
-            (1 - alpha) * 0.5 * (1 + np.cos(np.pi * a / decay)) + alpha
-        )  # fmt: skip
+        want = (
+            lr * c / warmup
+            if c < warmup
+            else lr * ((1 - alpha) * 0.5 * (1 + np.cos(np.pi * a / decay)) + alpha)
+        )
         got = _rate(jnp.asarray(c, jnp.int32), state.schedule)
         assert got.dtype == jnp.float64 and float(got) == pytest.approx(want, rel=1e-14, abs=0)
 
@@ -192,8 +201,7 @@ def _poisoned(rng, steps_with_nan):
 def test_the_nan_guard_stops_naming_the_step_and_the_arrays(getkey, rng):
     data = _poisoned(rng, [5])
     with pytest.raises(wbc.TrainingDiverged) as info:
-        wbc.train(_step(), tiny_model(getkey()), data, steps=STEPS, batch_size=2,
-                  progress=False)  # fmt: skip
+        wbc.train(_step(), tiny_model(getkey()), data, steps=STEPS, batch_size=2, progress=False)
     message = str(info.value)
     assert message.startswith("training diverged at step 5: the objective is nan")
     # The direction's non-finite arrays by their path in the model (the patch embedding first).
@@ -207,8 +215,7 @@ def test_skipped_steps_leave_the_parameters_and_stop_after_too_many(getkey, rng)
     removed; k + 1 non-finite steps in a row stop it."""
     model, data = tiny_model(getkey()), _poisoned(rng, [5])
     step = wbc.TrainStep(optax.sgd(0.1), max_skipped=1)
-    result = wbc.train(step, model, data, steps=STEPS, batch_size=2, log_every=1,
-                       progress=False)  # fmt: skip
+    result = wbc.train(step, model, data, steps=STEPS, batch_size=2, log_every=1, progress=False)
     # By hand: the same updates, step 5 skipped.
     state = wbc.TrainStep(optax.sgd(0.1)).init(model, key=jax.random.key(0))
     plain = eqx.filter_jit(wbc.TrainStep(optax.sgd(0.1)))
@@ -217,9 +224,12 @@ def test_skipped_steps_leave_the_parameters_and_stop_after_too_many(getkey, rng)
         if s == 5:
             continue
         state, _ = plain(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
-    chex.assert_trees_all_close(eqx.filter(state.model, eqx.is_inexact_array),
-                                eqx.filter(result.model, eqx.is_inexact_array), rtol=1e-12,
-                                atol=1e-14)  # fmt: skip
+    chex.assert_trees_all_close(
+        eqx.filter(state.model, eqx.is_inexact_array),
+        eqx.filter(result.model, eqx.is_inexact_array),
+        rtol=1e-12,
+        atol=1e-14,
+    )
     assert np.isnan(result.history[5]["objective"]) and np.isfinite(result.history[6]["objective"])
 
     with pytest.raises(wbc.TrainingDiverged, match=r"diverged at step 4 after 1 skipped step"):
@@ -229,12 +239,13 @@ def test_skipped_steps_leave_the_parameters_and_stop_after_too_many(getkey, rng)
 def test_a_method_brings_its_own_update_rule(getkey, rng):
     """MSA's direction is its update: whatever optimizer the step holds, it applies sgd(1.0)."""
     model, data = tiny_model(getkey()), tiny_data(rng, n=16)
-    msa = wbc.SuccessiveApproximations(rho=0.5, inner_steps=2, inner_learning_rate=1e-3,
-                                       outer_learning_rate=0.05)  # fmt: skip
+    msa = wbc.SuccessiveApproximations(
+        rho=0.5, inner_steps=2, inner_learning_rate=1e-3, outer_learning_rate=0.05
+    )
     runs = [
         wbc.train(
             wbc.TrainStep(opt, method=msa), model, data, steps=3, batch_size=8, progress=False
-        )  # fmt: skip
+        )
         for opt in (optax.adam(0.3), optax.sgd(1.0))
     ]
     assert runs[0].params_sha256 == runs[1].params_sha256
@@ -252,7 +263,9 @@ def _probe(monkeypatch, callback):
     from workbench.control import _callbacks, _trainer
 
     standard = _callbacks.standard_callbacks
-    monkeypatch.setattr(_trainer, "standard_callbacks", lambda *a, **k: [*standard(*a, **k), callback])
+    monkeypatch.setattr(
+        _trainer, "standard_callbacks", lambda *a, **k: [*standard(*a, **k), callback]
+    )
 
 
 class _Recorder(_callbacks.AbstractCallback):
@@ -276,8 +289,18 @@ def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path, 
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
     recorder = _Recorder()
     _probe(monkeypatch, recorder)
-    result = wbc.train(_step(), model, data, steps=STEPS, batch_size=BATCH, log_every=3,
-                       eval_data=data, eval_every=3, run_dir=tmp_path, progress=False)  # fmt: skip
+    result = wbc.train(
+        _step(),
+        model,
+        data,
+        steps=STEPS,
+        batch_size=BATCH,
+        log_every=3,
+        eval_data=data,
+        eval_every=3,
+        run_dir=tmp_path,
+        progress=False,
+    )
     kinds = [e[0] for e in recorder.events]
     assert kinds[0] == "start" and kinds[-1] == "end"
     assert [e[1] for e in recorder.events if e[0] == "step"] == list(range(1, STEPS + 1))
@@ -290,8 +313,18 @@ def test_callbacks_see_every_row_after_the_standard_ones(getkey, rng, tmp_path, 
     # Resumed on the finished folder: the start sees the restored step, no step runs.
     again = _Recorder()
     _probe(monkeypatch, again)
-    wbc.train(_step(), model, data, steps=STEPS, batch_size=BATCH, log_every=3,
-              eval_data=data, eval_every=3, run_dir=tmp_path, progress=False)  # fmt: skip
+    wbc.train(
+        _step(),
+        model,
+        data,
+        steps=STEPS,
+        batch_size=BATCH,
+        log_every=3,
+        eval_data=data,
+        eval_every=3,
+        run_dir=tmp_path,
+        progress=False,
+    )
     assert again.events == [("start", STEPS), ("end", STEPS)]
 
 
@@ -300,8 +333,9 @@ def test_divergence_as_a_value_keeps_the_last_good_model(getkey, rng):
     message `TrainingDiverged` would carry, and the model before that step — the model of the
     same run stopped one step earlier."""
     model, data = tiny_model(getkey()), _poisoned(rng, [5])
-    failed = wbc.train(_step(), model, data, steps=STEPS, batch_size=2, log_every=1,
-                       progress=False, throw=False)  # fmt: skip
+    failed = wbc.train(
+        _step(), model, data, steps=STEPS, batch_size=2, log_every=1, progress=False, throw=False
+    )
     assert failed.result == wbc.RESULTS.diverged
     assert failed.message.startswith("training diverged at step 5:")
     assert [r["step"] for r in failed.history] == [1, 2, 3, 4, 5]
@@ -310,9 +344,12 @@ def test_divergence_as_a_value_keeps_the_last_good_model(getkey, rng):
     for s in range(5):
         idx = batch_indices(0, s, len(data), 2)
         state, _ = run(state, (jnp.asarray(data.inputs[idx]), jnp.asarray(data.targets[idx])))
-    chex.assert_trees_all_close(eqx.filter(state.model, eqx.is_inexact_array),
-                                eqx.filter(failed.model, eqx.is_inexact_array), rtol=1e-12,
-                                atol=1e-14)  # fmt: skip
+    chex.assert_trees_all_close(
+        eqx.filter(state.model, eqx.is_inexact_array),
+        eqx.filter(failed.model, eqx.is_inexact_array),
+        rtol=1e-12,
+        atol=1e-14,
+    )
     ok = wbc.train(_step(), model, tiny_data(rng, n=24), steps=2, batch_size=2, progress=False)
     assert ok.result == wbc.RESULTS.successful and ok.message == ""
 
@@ -344,8 +381,9 @@ def test_multi_resolution_solves_each_batch_at_the_drawn_step_count(getkey, rng)
         chex.assert_trees_all_close(
             eqx.filter(state.model, eqx.is_inexact_array),
             eqx.filter(with_discretization(by_hand.model, None, 1), eqx.is_inexact_array),
-            rtol=1e-10, atol=1e-12,  # two programs (a switch and a plain step): round-off
-        )  # fmt: skip
+            rtol=1e-10,
+            atol=1e-12,  # two programs (a switch and a plain step): round-off
+        )
     assert len(set(drawn)) > 1, drawn  # six steps drew more than one step count
     # The draws: frequencies within 4 standard deviations of the probabilities.
     keys = jax.random.split(jax.random.key(0), 4000)
@@ -362,13 +400,17 @@ def test_a_coarse_basis_draw_is_the_gradient_of_the_coarsened_model(getkey, rng)
     control costs on; the cost counts the coarse draw as half a step per layer."""
     model, data = tiny_model(getkey(), layers=4), tiny_data(rng, n=24)
     multi = wbc.MultiResolution((1,), (0.5, 0.5), coarsen=(2,))
-    objective = wbc.Objective(wbc.CrossEntropy(), wbc.KineticEnergy(0.1),
-                              (wbc.ControlNorm(1e-3), wbc.ControlSmoothness(0.1)))  # fmt: skip
+    objective = wbc.Objective(
+        wbc.CrossEntropy(),
+        wbc.KineticEnergy(0.1),
+        (wbc.ControlNorm(1e-3), wbc.ControlSmoothness(0.1)),
+    )
     step = _step(discretization=multi, objective=objective)
     xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
     key = jax.random.key(2)
-    draws = [int(multi.index(jax.random.fold_in(jax.random.fold_in(key, s), 1), s))
-             for s in range(20)]  # fmt: skip
+    draws = [
+        int(multi.index(jax.random.fold_in(jax.random.fold_in(key, s), 1), s)) for s in range(20)
+    ]
     s = draws.index(1)  # the first step that draws the coarse basis
     (value, _), direction = step.value_and_direction(model, (xs, ys), key, jnp.asarray(s))
 
@@ -378,9 +420,12 @@ def test_a_coarse_basis_draw_is_the_gradient_of_the_coarsened_model(getkey, rng)
 
     (expected, _), grad = oracle(model)
     assert float(value) == pytest.approx(float(expected), rel=1e-12)
-    chex.assert_trees_all_close(eqx.filter(direction, eqx.is_inexact_array),
-                                eqx.filter(grad, eqx.is_inexact_array), rtol=1e-12,
-                                atol=1e-14)  # fmt: skip
+    chex.assert_trees_all_close(
+        eqx.filter(direction, eqx.is_inexact_array),
+        eqx.filter(grad, eqx.is_inexact_array),
+        rtol=1e-12,
+        atol=1e-14,
+    )
     assert direction.transformer.num_layers == 4
     assert multi.cost == pytest.approx(0.5 * 1 + 0.5 * 0.5)
     with pytest.raises(ValueError, match=r"coarsen=\(3,\): factor\(s\) \[3\] do not divide"):
@@ -390,20 +435,35 @@ def test_a_coarse_basis_draw_is_the_gradient_of_the_coarsened_model(getkey, rng)
 def test_one_resolution_at_the_models_own_step_count_is_the_plain_step(getkey, rng):
     model, data = tiny_model(getkey(), steps_per_layer=2), tiny_data(rng, n=24)
     plain = wbc.train(_step(), model, data, steps=4, batch_size=BATCH, progress=False)
-    one = wbc.train(_step(discretization=wbc.MultiResolution((2,))), model, data, steps=4,
-                    batch_size=BATCH, progress=False)  # fmt: skip
-    chex.assert_trees_all_close(eqx.filter(one.model, eqx.is_inexact_array),
-                                eqx.filter(plain.model, eqx.is_inexact_array), rtol=1e-12,
-                                atol=1e-14)  # fmt: skip
+    one = wbc.train(
+        _step(discretization=wbc.MultiResolution((2,))),
+        model,
+        data,
+        steps=4,
+        batch_size=BATCH,
+        progress=False,
+    )
+    chex.assert_trees_all_close(
+        eqx.filter(one.model, eqx.is_inexact_array),
+        eqx.filter(plain.model, eqx.is_inexact_array),
+        rtol=1e-12,
+        atol=1e-14,
+    )
 
 
 def test_the_training_discretization_is_part_of_the_runs_identity(getkey, rng, tmp_path):
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
-    wbc.train(_step(), model, data, steps=2, batch_size=BATCH, run_dir=tmp_path,
-              progress=False)  # fmt: skip
+    wbc.train(_step(), model, data, steps=2, batch_size=BATCH, run_dir=tmp_path, progress=False)
     with pytest.raises(wbc.CheckpointMismatch, match="discretization"):
-        wbc.train(_step(discretization=wbc.MultiResolution((1, 2))), model, data, steps=2,
-                  batch_size=BATCH, run_dir=tmp_path, progress=False)  # fmt: skip
+        wbc.train(
+            _step(discretization=wbc.MultiResolution((1, 2))),
+            model,
+            data,
+            steps=2,
+            batch_size=BATCH,
+            run_dir=tmp_path,
+            progress=False,
+        )
 
 
 @pytest.mark.parametrize(
@@ -455,8 +515,13 @@ def test_a_multi_resolution_run_folder_without_coarsen_resumes_exactly(getkey, r
     for p in (tmp_path / "checkpoints").glob(f"step-{STEPS:08d}.*"):
         p.unlink()
     with pytest.raises(wbc.CheckpointMismatch, match="coarsen"):
-        wbc.train(_step(discretization=wbc.MultiResolution((1, 2), coarsen=(2,))), model, data,
-                  run_dir=tmp_path, **kwargs)  # fmt: skip
+        wbc.train(
+            _step(discretization=wbc.MultiResolution((1, 2), coarsen=(2,))),
+            model,
+            data,
+            run_dir=tmp_path,
+            **kwargs,
+        )
     again = wbc.train(_step(discretization=multi), model, data, run_dir=tmp_path, **kwargs)
     assert again.resumed_from == 4
     assert again.params_sha256 == full.params_sha256

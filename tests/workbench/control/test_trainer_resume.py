@@ -41,11 +41,22 @@ def _optimizer(learning_rate=1e-2, steps=STEPS):
 
 
 def _train(run_dir, *, model=None, data=None, **kwargs):
-    kwargs = {"steps": STEPS, "batch_size": BATCH, "optimizer": _optimizer(), "log_every": 1,
-              "checkpoint_every": EVERY, "fingerprint": {"study": "test"}, "progress": False,
-              **kwargs}  # fmt: skip
-    return train(_model() if model is None else model, _data() if data is None else data,
-                     run_dir=run_dir, **kwargs)  # fmt: skip
+    kwargs = {
+        "steps": STEPS,
+        "batch_size": BATCH,
+        "optimizer": _optimizer(),
+        "log_every": 1,
+        "checkpoint_every": EVERY,
+        "fingerprint": {"study": "test"},
+        "progress": False,
+        **kwargs,
+    }
+    return train(
+        _model() if model is None else model,
+        _data() if data is None else data,
+        run_dir=run_dir,
+        **kwargs,
+    )
 
 
 def _snapshot(folder: pathlib.Path) -> dict:
@@ -85,7 +96,7 @@ CHANGES = {
     "caller's fingerprint": (
         lambda: {"fingerprint": {"study": "other"}},
         r"fingerprint\.study: 'test' -> 'other'",
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -169,18 +180,23 @@ def test_the_fingerprint_is_the_same_in_another_process():
         """
     )
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     child = json.loads(done.stdout.strip().splitlines()[-1])
     import equinox as eqx
 
     model, opt = _model(), _optimizer()
     here = _fingerprint.run_fingerprint(
-        model, _data(), train_step=wbc.TrainStep(opt, augment=wbc.random_shift(1)),
-        opt_state=opt.init(eqx.filter(model, eqx.is_inexact_array)), seed=0, batch_size=4,
+        model,
+        _data(),
+        train_step=wbc.TrainStep(opt, augment=wbc.random_shift(1)),
+        opt_state=opt.init(eqx.filter(model, eqx.is_inexact_array)),
+        seed=0,
+        batch_size=4,
         steps=6,
-    )  # fmt: skip
+    )
     assert child == json.loads(json.dumps(here))
     assert child["augment"] == {
         "function": "workbench.control._tasks.random_shift.<locals>.augment",
@@ -276,8 +292,9 @@ def test_the_next_batch_is_prepared_before_waiting_for_the_step(monkeypatch):
     monkeypatch.setattr(_mesh, "batch_indices", batch)
     monkeypatch.setattr(_trainer, "_finite_on_host", wait)
     steps = 4
-    result = train(_model(), _data(), steps=steps, batch_size=BATCH, optimizer=optax.sgd(0.1),
-                       progress=False)  # fmt: skip
+    result = train(
+        _model(), _data(), steps=steps, batch_size=BATCH, optimizer=optax.sgd(0.1), progress=False
+    )
     want = [("batch", 0)]
     for s in range(steps):
         want += ([("batch", s + 1)] if s + 1 < steps else []) + [("wait", s)]
@@ -294,7 +311,7 @@ def test_the_next_batch_is_prepared_before_waiting_for_the_step(monkeypatch):
         grads = jax.grad(
             lambda p: wbc.Objective()(eqx.combine(p, static), data.inputs[idx], data.targets[idx])[
                 0
-            ]  # fmt: skip
+            ]
         )(params)
         updates, state = opt.update(grads, state, params)
         params = eqx.apply_updates(params, updates)
@@ -309,13 +326,26 @@ def test_the_next_batch_is_prepared_before_waiting_for_the_step(monkeypatch):
 
 
 def _plan(steps_per_layer=2, **model):
-    model = {"d": 64, "num_layers": 4, "num_heads": 4, "dim_feedforward": 128,
-             "equation": "pre-norm", "activation": "gelu", **model}  # fmt: skip
+    model = {
+        "d": 64,
+        "num_layers": 4,
+        "num_heads": 4,
+        "dim_feedforward": 128,
+        "equation": "pre-norm",
+        "activation": "gelu",
+        **model,
+    }
     return wba.DiscretizationPlan(
-        method="strang", steps_per_layer=steps_per_layer, tolerance=1e-4, measured_error=1e-5,
-        evaluations=0, largest_stable_step=1.0, step=1 / steps_per_layer, stable=True,
+        method="strang",
+        steps_per_layer=steps_per_layer,
+        tolerance=1e-4,
+        measured_error=1e-5,
+        evaluations=0,
+        largest_stable_step=1.0,
+        step=1 / steps_per_layer,
+        stable=True,
         model=model,
-    )  # fmt: skip
+    )
 
 
 def test_the_plan_enters_the_fingerprint_by_its_contents(tmp_path):
@@ -363,11 +393,13 @@ def test_a_plan_for_another_activation_is_refused(tmp_path):
     [
         ("{not json", r"not JSON \(JSONDecodeError: Expecting property name"),
         ("[1, 2]", r"a JSON list, not a plan object"),
-        ('{"schema": "workbench.discretization-plan/1", "method": "lie"}',
-         r"not a valid plan \(missing field 'largest_stable_step'\)"),
+        (
+            '{"schema": "workbench.discretization-plan/1", "method": "lie"}',
+            r"not a valid plan \(missing field 'largest_stable_step'\)",
+        ),
     ],
     ids=["not json", "a list", "missing fields"],
-)  # fmt: skip
+)
 def test_a_plan_file_that_is_not_a_plan_is_a_config_error(tmp_path, text, reason):
     """The config's validation reads the plan: one line naming the study, the field and the
     file, and why."""
@@ -393,7 +425,7 @@ ANALYSIS_CHANGES = {
         "ladder": (1, 3),
         "examples": 3,
         "max_drop": 2.5,
-    },  # fmt: skip
+    },
     "msa_vs_gradient": {"window": 3, "max_excess": 0.5},
     "continuous_depth": {
         "certificate_examples": 0,
@@ -471,8 +503,11 @@ class _SignalAt(_callbacks.AbstractCallback):
 def _signal_at(monkeypatch, signum, step):
     """`train`'s own callbacks followed by `_SignalAt(signum, step)`."""
     standard = _callbacks.standard_callbacks
-    monkeypatch.setattr(_trainer, "standard_callbacks",
-                        lambda *a, **k: [*standard(*a, **k), _SignalAt(signum, step)])  # fmt: skip
+    monkeypatch.setattr(
+        _trainer,
+        "standard_callbacks",
+        lambda *a, **k: [*standard(*a, **k), _SignalAt(signum, step)],
+    )
 
 
 @pytest.mark.parametrize("ignored", [False, True])
@@ -493,8 +528,11 @@ def test_sigint_stops_a_run_unless_the_process_ignores_it(tmp_path, ignored, mon
             with pytest.raises(KeyboardInterrupt, match="SIGINT after step 3"):
                 _train(tmp_path)
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-            steps = [json.loads(p.read_text())["step"] for p in (tmp_path / "checkpoints").rglob("*.json")
-                     if p.name != "fingerprint.json"]  # fmt: skip
+            steps = [
+                json.loads(p.read_text())["step"]
+                for p in (tmp_path / "checkpoints").rglob("*.json")
+                if p.name != "fingerprint.json"
+            ]
             assert max(steps) == 3, steps
     finally:
         signal.signal(signal.SIGINT, before)

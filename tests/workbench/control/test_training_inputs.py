@@ -160,9 +160,11 @@ def test_msa_l1_cost_with_zero_costates_moves_by_the_closed_form(getkey, rng):
     step = K * eta * lam / (lam + 1e-8)
     checked = 0
     for theta, b, b0 in zip(
-        _control_arrays(model.transformer), _control_directions(d), _control_directions(d0),
+        _control_arrays(model.transformer),
+        _control_directions(d),
+        _control_directions(d0),
         strict=True,
-    ):  # fmt: skip
+    ):
         theta, b = np.asarray(theta), np.asarray(b)
         assert np.all(np.asarray(b0) == 0.0)
         far = np.abs(theta) > K * eta
@@ -241,13 +243,25 @@ def _with_target(data, index, value):
 def test_class_labels_outside_the_models_classes_are_refused(getkey, rng, tmp_path):
     model = tiny_model(getkey(), classes=3)
     data = tiny_data(rng, n=16, classes=3)
-    _refused(model, _with_target(data, 5, 3), tmp_path, ValueError,
-             ["data: targets[5] = 3", "3 classes", "[0, 3)", "1 of 16"])  # fmt: skip
+    _refused(
+        model,
+        _with_target(data, 5, 3),
+        tmp_path,
+        ValueError,
+        ["data: targets[5] = 3", "3 classes", "[0, 3)", "1 of 16"],
+    )
     # -1 is no "ignore" for one label per example (CrossEntropy would read it as class 2)
     _refused(model, _with_target(data, 7, -1), tmp_path, ValueError, ["targets[7] = -1"])
     bad_eval = _with_target(tiny_data(rng, n=8, classes=3), 2, 9)
-    _refused(model, data, tmp_path, ValueError, ["eval_data: targets[2] = 9", "[0, 3)"],
-             eval_data=bad_eval, eval_every=1)  # fmt: skip
+    _refused(
+        model,
+        data,
+        tmp_path,
+        ValueError,
+        ["eval_data: targets[2] = 9", "[0, 3)"],
+        eval_data=bad_eval,
+        eval_every=1,
+    )
     with pytest.raises(ValueError, match=r"data: targets\[2\] = 9 .*\[0, 3\)"):
         wbc.evaluate(model, bad_eval)  # was an accuracy of 0.0
 
@@ -267,10 +281,11 @@ def _sequence_model(key, vocab=6, n=5, d=8):
     k1, k2 = jax.random.split(key)
     return wbc.ControlledModel(
         wbc.TokenEmbedding(vocab, n, d, key=k1, dtype=jnp.float64),
-        wbc.random_transformer(k2, d=d, num_heads=2, num_layers=2, hidden=12, causal=True,
-                               dtype=jnp.float64),
+        wbc.random_transformer(
+            k2, d=d, num_heads=2, num_layers=2, hidden=12, causal=True, dtype=jnp.float64
+        ),
         wbc.SequenceHead(d, vocab, dtype=jnp.float64),
-    )  # fmt: skip
+    )
 
 
 def test_token_ids_and_sequence_targets_outside_the_vocabulary_are_refused(getkey, rng, tmp_path):
@@ -282,10 +297,20 @@ def test_token_ids_and_sequence_targets_outside_the_vocabulary_are_refused(getke
     for bad in (6, -2):
         inputs = ids.copy()
         inputs[3, 4] = bad
-        _refused(model, wbc.Dataset(inputs, targets), tmp_path, ValueError,
-                 [f"data: inputs[3, 4] = {bad}", "vocabulary of 6", "[0, 6)"])  # fmt: skip
-    _refused(model, _with_target(good, (9, 3), 6), tmp_path, ValueError,
-             ["data: targets[9, 3] = 6", "6 classes", "negative to ignore a position"])  # fmt: skip
+        _refused(
+            model,
+            wbc.Dataset(inputs, targets),
+            tmp_path,
+            ValueError,
+            [f"data: inputs[3, 4] = {bad}", "vocabulary of 6", "[0, 6)"],
+        )
+    _refused(
+        model,
+        _with_target(good, (9, 3), 6),
+        tmp_path,
+        ValueError,
+        ["data: targets[9, 3] = 6", "6 classes", "negative to ignore a position"],
+    )
     floats = wbc.Dataset(ids.astype(np.float32), targets)
     _refused(model, floats, tmp_path, TypeError, ["inputs have dtype float32", "token ids"])
     with pytest.raises(ValueError, match=r"data: inputs\[0, 0\] = 7"):
@@ -298,9 +323,15 @@ def test_eval_data_needs_eval_every(getkey, rng, tmp_path):
     model = tiny_model(getkey())
     data = tiny_data(rng, n=16)
     for every in (None, 0):
-        _refused(model, data, tmp_path, ValueError,
-                 [f"eval_every={every!r} with eval_data given", "pass eval_every=N"],
-                 eval_data=data, eval_every=every)  # fmt: skip
+        _refused(
+            model,
+            data,
+            tmp_path,
+            ValueError,
+            [f"eval_every={every!r} with eval_data given", "pass eval_every=N"],
+            eval_data=data,
+            eval_every=every,
+        )
 
 
 def test_loop_counts_accept_numpy_integers_and_refuse_bools(getkey, rng, tmp_path):
@@ -309,10 +340,16 @@ def test_loop_counts_accept_numpy_integers_and_refuse_bools(getkey, rng, tmp_pat
     model = tiny_model(getkey())
     data = tiny_data(rng, n=16)
     common = {"batch_size": 8, "optimizer": optax.sgd(0.1), "eval_data": data, "progress": False}
-    plain = train(model, data, steps=4, log_every=2, checkpoint_every=2, eval_every=4,
-                      **common)  # fmt: skip
-    numpy = train(model, data, steps=np.int64(4), log_every=np.int64(2),
-                      checkpoint_every=np.int32(2), eval_every=np.int64(4), **common)  # fmt: skip
+    plain = train(model, data, steps=4, log_every=2, checkpoint_every=2, eval_every=4, **common)
+    numpy = train(
+        model,
+        data,
+        steps=np.int64(4),
+        log_every=np.int64(2),
+        checkpoint_every=np.int32(2),
+        eval_every=np.int64(4),
+        **common,
+    )
     assert numpy.params_sha256 == plain.params_sha256
     assert [r["step"] for r in numpy.history] == [r["step"] for r in plain.history] == [2, 4]
     assert [r["eval_accuracy"] for r in numpy.history] == [
@@ -320,7 +357,9 @@ def test_loop_counts_accept_numpy_integers_and_refuse_bools(getkey, rng, tmp_pat
     ]
     assert numpy.history[-1]["eval_accuracy"] is not None
     for name in ("steps", "log_every", "checkpoint_every"):
-        _refused(model, data, tmp_path, ValueError, [f"{name}=True", "positive integer"],
-                 **{name: True})  # fmt: skip
-    _refused(model, data, tmp_path, ValueError, ["eval_every=True"], eval_data=data,
-             eval_every=True)  # fmt: skip
+        _refused(
+            model, data, tmp_path, ValueError, [f"{name}=True", "positive integer"], **{name: True}
+        )
+    _refused(
+        model, data, tmp_path, ValueError, ["eval_every=True"], eval_data=data, eval_every=True
+    )

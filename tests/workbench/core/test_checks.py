@@ -98,8 +98,12 @@ def test_positive_float():
         (True, {}, "eps=True must be a finite number > 0."),
         ("1", {}, "eps='1' must be a finite number > 0."),
         (np.float32(0.5), {}, "eps=0.5 must be a finite number > 0."),
-        (0, {"owner": "Penalty", "hint": "e.g. 1e-4"}, "Penalty: eps=0 must be a finite number > 0 (e.g. 1e-4)."),
-    ]  # fmt: skip
+        (
+            0,
+            {"owner": "Penalty", "hint": "e.g. 1e-4"},
+            "Penalty: eps=0 must be a finite number > 0 (e.g. 1e-4).",
+        ),
+    ]
     for value, kwargs, message in cases:
         assert _message(positive_float, "eps", value, **kwargs) == message
 
@@ -159,7 +163,7 @@ def test_number_in_range():
         ((True, 0, 2), {}, "p=True must be a number in (0, 2)."),
         ((np.float32(0.5), 0, 1), {"numpy_scalars": False}, "p=0.5 must be a number in (0, 1)."),
         ((5, 0, 2), {"owner": "f", "hint": "why"}, "f: p=5 must be a number in (0, 2) (why)."),
-    ]  # fmt: skip
+    ]
     for args, kwargs, message in cases:
         assert _message(number_in_range, "p", *args, **kwargs) == message
 

@@ -100,7 +100,9 @@ def test_a_composition_traces_the_operators_of_one_strang_step(scheme, monkeypat
     has substeps (3 for two operators), not once per substep of the composition (9 or 15).
     The second call equals the unrolled stages to 1e-13 (float64)."""
     _, first = small_encoder(rng, d=8, heads=2, layers=2, dff=16, norm_first=True)
-    _, other = small_encoder(np.random.default_rng(7), d=8, heads=2, layers=2, dff=16, norm_first=True)  # fmt: skip
+    _, other = small_encoder(
+        np.random.default_rng(7), d=8, heads=2, layers=2, dff=16, norm_first=True
+    )
     eq1, eq2 = first.equation, other.equation
     u1, u2 = (jnp.asarray(rng.normal(size=(6, 8))) for _ in range(2))
     want = _unrolled_step(eq2, scheme, 1.2, u2, 0.3)

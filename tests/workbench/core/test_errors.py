@@ -393,10 +393,14 @@ def test_piece_length_must_be_finite(rng):
 
 def _classic_vit_keys(sd):
     """The transformers 4 / Hub names of a ViTModel state dict."""
-    table = {"attention.q_proj": "attention.attention.query", "attention.k_proj":
-             "attention.attention.key", "attention.v_proj": "attention.attention.value",
-             "attention.o_proj": "attention.output.dense", "mlp.fc1": "intermediate.dense",
-             "mlp.fc2": "output.dense"}  # fmt: skip
+    table = {
+        "attention.q_proj": "attention.attention.query",
+        "attention.k_proj": "attention.attention.key",
+        "attention.v_proj": "attention.attention.value",
+        "attention.o_proj": "attention.output.dense",
+        "mlp.fc1": "intermediate.dense",
+        "mlp.fc2": "output.dense",
+    }
     out = {}
     for k, v in sd.items():
         if k.startswith("layers."):
@@ -409,8 +413,15 @@ def _classic_vit_keys(sd):
 
 
 def test_vit_bad_input_and_classic_names(rng):
-    cfg = A.vit_config(d=8, num_heads=2, num_layers=1, intermediate=12, image_size=(8, 4),
-                       patch_size=(4, 2), num_channels=3)  # fmt: skip
+    cfg = A.vit_config(
+        d=8,
+        num_heads=2,
+        num_layers=1,
+        intermediate=12,
+        image_size=(8, 4),
+        patch_size=(4, 2),
+        num_channels=3,
+    )
     sd = A.random_vit_state_dict(rng, cfg)
     v = A.vit_from_hf(sd, cfg)
     image = jnp.asarray(rng.standard_normal((3, 8, 4)))
@@ -429,8 +440,11 @@ def test_vit_bad_input_and_classic_names(rng):
     bert_cfg = A.bert_config(d=8, num_heads=2, num_layers=1, intermediate=12)
     with pytest.raises(ValueError, match="looks like a Hugging Face BertModel state dict"):
         A.vit_from_hf(A.random_bert_state_dict(rng, bert_cfg), cfg)
-    with pytest.raises(ValueError, match=r"embeddings.position_embeddings: got \(1, 5, 8\), "
-                       r"expected \(1, 9, 8\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"embeddings.position_embeddings: got \(1, 5, 8\), "
+        r"expected \(1, 9, 8\)",
+    ):
         A.vit_from_hf(sd, {**cfg, "image_size": [8, 8]})
 
 
@@ -461,15 +475,19 @@ def test_cvt_bad_input(rng):
     with pytest.raises(ValueError, match=r"image has shape \(3, 20, 16\).*image_size="):
         m(image.transpose(0, 2, 1))
     unsupported = [
-        ({"qkv_projection_method": ["dw_bn", "avg"]},
-         r"qkv_projection_method\[1\]='avg' is not supported; valid: 'dw_bn'"),
-        ({"cls_token": [True, True]},
-         r"cls_token\[0\]=True is not supported: a class token is valid only in the last stage"),
+        (
+            {"qkv_projection_method": ["dw_bn", "avg"]},
+            r"qkv_projection_method\[1\]='avg' is not supported; valid: 'dw_bn'",
+        ),
+        (
+            {"cls_token": [True, True]},
+            r"cls_token\[0\]=True is not supported: a class token is valid only in the last stage",
+        ),
         ({"stride_q": [1, 2]}, r"stride_q\[1\]=2 .* the queries must stay on the stage's grid"),
         ({"depth": [1, 2, 1]}, r"per-stage lists have different lengths"),
         ({"num_heads": [3, 3]}, r"num_heads\[0\]=3 does not divide the model width d=8"),
         ({"patch_padding": [-1, 1]}, r"patch_padding\[0\]=-1 must be a nonnegative integer"),
-    ]  # fmt: skip
+    ]
     for change, message in unsupported:
         with pytest.raises(ValueError, match=message):
             A.cvt_from_hf(sd, {**cfg, **change}, image_size=(16, 20))
@@ -486,7 +504,11 @@ def test_cvt_bad_input(rng):
         A.cvt_from_hf(bad, cfg, image_size=(16, 20))
     # The classification model's state dict (prefix `cvt.`, a head) loads the same model.
     head = {"cvt." + k: v for k, v in sd.items()}
-    head |= {"layernorm.weight": np.ones(12), "layernorm.bias": np.zeros(12),
-             "classifier.weight": np.ones((2, 12)), "classifier.bias": np.zeros(2)}  # fmt: skip
+    head |= {
+        "layernorm.weight": np.ones(12),
+        "layernorm.bias": np.zeros(12),
+        "classifier.weight": np.ones((2, 12)),
+        "classifier.bias": np.zeros(2),
+    }
     same = A.cvt_from_hf(head, cfg, image_size=(16, 20))
     assert max_abs(same(image)[0], m(image)[0]) == 0.0

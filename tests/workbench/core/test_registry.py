@@ -229,10 +229,14 @@ def _public_namespaces():
 
 def test_each_table_has_one_public_name():
     names = {
-        kind: [f"{ns}.{attr}" for ns, module in _public_namespaces()
-               for attr, value in vars(module).items() if value is table and not attr.startswith("_")]
+        kind: [
+            f"{ns}.{attr}"
+            for ns, module in _public_namespaces()
+            for attr, value in vars(module).items()
+            if value is table and not attr.startswith("_")
+        ]
         for kind, table in _TABLES.items()
-    }  # fmt: skip
+    }
     assert names == {
         "splitting_scheme": ["workbench.registry.SPLITTING_SCHEMES"],
         "ode_solver": ["workbench.registry.ODE_SOLVERS"],
@@ -377,8 +381,16 @@ def _string_literals(node) -> set[str] | None:
 
 
 STUDIES = sorted((ROOT / "studies").rglob("*.py"))
-TABLE_NAMES = {"SCHEMES", "ACTIVATIONS", "INTEGRATORS", "QUADRATURE_RULES", "UNSPLIT_METHODS",
-               "SPLITTING_SCHEMES", "ODE_SOLVERS", "SPHERE_INTEGRATORS"}  # fmt: skip
+TABLE_NAMES = {
+    "SCHEMES",
+    "ACTIVATIONS",
+    "INTEGRATORS",
+    "QUADRATURE_RULES",
+    "UNSPLIT_METHODS",
+    "SPLITTING_SCHEMES",
+    "ODE_SOLVERS",
+    "SPHERE_INTEGRATORS",
+}
 
 
 def _study_id(path) -> str:
@@ -405,9 +417,7 @@ def test_no_study_defines_its_own_table(path):
             )
 
 
-@pytest.mark.parametrize(
-    "path", [p for p in STUDIES if p.name != "__main__.py"], ids=_study_id
-)
+@pytest.mark.parametrize("path", [p for p in STUDIES if p.name != "__main__.py"], ids=_study_id)
 def test_no_study_maps_names_to_registry_objects(path):
     import importlib
 

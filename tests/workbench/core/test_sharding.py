@@ -73,8 +73,12 @@ def _sweep_one_process(devices: int) -> dict:
     """The sweep driver in one process seeing `devices` CPU devices."""
     done = subprocess.run(
         [sys.executable, "-c", _SWEEP, "0", "1", "0"],
-        capture_output=True, text=True, env=_env(devices), cwd=REPO, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=_env(devices),
+        cwd=REPO,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return _last_json(done.stdout)
 
@@ -149,10 +153,23 @@ def _numbers(tree, path=""):
 def _study(name: str, out: Path, devices: int, *args: str) -> dict:
     env = _env(devices)
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from studies._run.cli import main; sys.exit(main())",
-         "run", name, "--smoke", "--out", str(out), *args],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; from studies._run.cli import main; sys.exit(main())",
+            "run",
+            name,
+            "--smoke",
+            "--out",
+            str(out),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "results.json").read_text())
 
@@ -217,9 +234,15 @@ def test_a_study_on_the_first_two_of_eight_devices_gives_the_numbers_of_one(one_
 
 @pytest.mark.parametrize(
     "module",
-    ["phase_diagram", "cluster_histograms", "metastability", "high_dimension", "repulsion",
-     "step_convergence"],
-)  # fmt: skip
+    [
+        "phase_diagram",
+        "cluster_histograms",
+        "metastability",
+        "high_dimension",
+        "repulsion",
+        "step_convergence",
+    ],
+)
 def test_studies_refuse_more_devices_than_visible(module):
     import importlib
 
