@@ -65,3 +65,21 @@ def test_studies_top_level_shows_its_shape():
         if p.name != "__pycache__" and not p.name.startswith(".")
     )
     assert len(entries) <= 10, f"studies/ has {len(entries)} entries at its top level: {entries}"
+
+
+def test_the_public_surface_of_control_is_small():
+    """`workbench.control`'s public names are its `from ._x import Name as Name` re-exports
+    (equinox's convention): at most 45, internals (callbacks, run state, checkpoint managers)
+    private."""
+    import types
+
+    import workbench.control as wbc
+
+    public = [
+        n
+        for n in dir(wbc)
+        if not n.startswith("_") and not isinstance(getattr(wbc, n), types.ModuleType)
+    ]
+    assert len(public) <= 45, f"workbench.control has {len(public)} public names: {public}"
+    for internal in ("Run", "METRICS", "check_data", "batch_indices", "CheckpointManager"):
+        assert internal not in public
