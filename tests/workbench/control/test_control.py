@@ -282,7 +282,7 @@ _DRIVER = textwrap.dedent(
     """
     import json, sys
     import jax, jax.numpy as jnp, numpy as np
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = {tests!r}
     from test_control import tiny_model, tiny_data
     import workbench.control as wbc
     run_dir, shard = sys.argv[1] or None, sys.argv[2] == "shard"
@@ -301,13 +301,17 @@ _DRIVER = textwrap.dedent(
 )
 
 
+# The driver imports this file's tiny model, and the file imports `helpers` from tests/.
+_TEST_PATHS = [str(pathlib.Path(__file__).parent), str(REPO / "tests")]
+
+
 def _run_driver(devices: int, run_dir="", shard: bool = False) -> dict:
     env = dict(
         os.environ,
         XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"),
         JAX_PLATFORMS="cpu",
     )
-    code = _DRIVER.format(tests=str(REPO / "tests"))
+    code = _DRIVER.format(tests=_TEST_PATHS)
     done = subprocess.run(
         [sys.executable, "-c", code, str(run_dir), "shard" if shard else "replicate"],
         capture_output=True,
@@ -385,7 +389,7 @@ def test_two_processes_with_sharded_parameters_train_and_checkpoint_as_one(tmp_p
         XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=1"),
         JAX_PLATFORMS="cpu",
     )
-    code = _DISTRIBUTED.format(tests=str(REPO / "tests"))
+    code = _DISTRIBUTED.format(tests=_TEST_PATHS)
     outs = run_processes(code, [tmp_path, "shard"], env=env)
     one = one_device
     for out in outs:
