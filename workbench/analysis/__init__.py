@@ -1,4 +1,5 @@
-"""Numerical analysis of the Transformer equation: convergence order, stability, splitting error.
+"""Numerical analysis of the Transformer equation: convergence order, stability, splitting error,
+and paired comparisons of accuracies on the same examples.
 
 The public API is re-exported here; submodules starting with `_` are private.
 """
@@ -15,6 +16,11 @@ from ._order import (
     OrderFitError as OrderFitError,
     fit_order as fit_order,
     roundoff_level as roundoff_level,
+)
+from ._paired import (
+    PairedDifference as PairedDifference,
+    mcnemar_p_value as mcnemar_p_value,
+    paired_difference as paired_difference,
 )
 from ._plan import (
     DiscretizationPlan as DiscretizationPlan,

@@ -26,10 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._checks import positive_float
+from .._checks import number_in_range, positive_float
 from .._integrate import integrate
 from ..analysis._convergence import error_ladder, reference_solution
 from ..analysis._order import fit_order
+from ..analysis._paired import paired_difference
 from ..analysis._plan import DiscretizationPlan
 from ..analysis._spectra import arnoldi_eigenvalues, layer_inputs, term_fields
 from ..analysis._stability import max_stable_step
@@ -46,6 +47,11 @@ class RefinementAccuracy:
     - `refined_steps_per_layer`, `refined_accuracies`: the same scheme at `factors ×` its steps.
     - `second_scheme`, `second_steps_per_layer`, `second_accuracy`: another scheme at the finest.
     - `spread`: the largest `|accuracy − own accuracy|` over all of these (a fraction).
+    - `paired`: one dict per refinement and then the second scheme (`scheme`,
+      `steps_per_layer`, and the fields of `workbench.analysis.PairedDifference` against the
+      model's own discretization on the same held-out examples: the difference in points with
+      its Newcombe interval `low`, `high` at `confidence`, the discordant counts and the exact
+      McNemar `p_value`). Empty when no held-out example has a label.
     """
 
     scheme: str
@@ -57,10 +63,17 @@ class RefinementAccuracy:
     second_steps_per_layer: int
     second_accuracy: float
     spread: float
+    paired: list = dataclasses.field(default_factory=list)
 
 
 def refinement_accuracy(
-    model, data, *, factors=(2, 4, 8, 16), second_scheme=None, batch_size: int = 512
+    model,
+    data,
+    *,
+    factors=(2, 4, 8, 16),
+    second_scheme=None,
+    batch_size: int = 512,
+    confidence: float = 0.95,
 ) -> RefinementAccuracy:
     r"""The accuracy of `model` (a `ControlledModel`) on `data` (a held-out `Dataset`) at its own
     discretization, at `factors ×` its steps per layer, and with `second_scheme` (default:
@@ -70,8 +83,13 @@ def refinement_accuracy(
     trained network sees, not a float64 error. The refined solves take their step count at run
     time (`integrate` with a traced `num_steps`), so every factor of one scheme shares one
     compiled program: the predictions are those of `model.rediscretize(scheme, f * k)`.
+
+    Every discretization predicts the same held-out examples, so each one is also compared with
+    the model's own *paired*, example by example (`workbench.analysis.paired_difference` at
+    `confidence`): the `paired` entries say whether a change of accuracy is more than the noise
+    of which examples happen to be held out.
     """
-    from ._callbacks import held_out_accuracy
+    from ._callbacks import _predict, held_out_accuracy
     from ._models import ControlledModel
 
     if not isinstance(model, ControlledModel):
@@ -82,26 +100,52 @@ def refinement_accuracy(
     factors = sorted(set(int(f) for f in factors))
     if not factors or factors[0] < 2:
         raise ValueError(f"factors={factors!r} must be integers >= 2 (refinements of the model).")
+    confidence = number_in_range(
+        "confidence", confidence, 0.0, 1.0, owner="refinement_accuracy", hint="e.g. 0.95"
+    )
     tr = model.transformer
     k = tr.steps_per_layer
     if second_scheme is None:
         second_scheme = LieTrotter() if isinstance(tr.scheme, Strang) else Strang()
 
     def acc(m, scheme=None, steps_per_layer=None):
-        if scheme is None:
-            return float(held_out_accuracy(m, data, batch_size=batch_size))
-        steps = jnp.asarray(steps_per_layer * tr.num_layers, jnp.int32)
+        """The held-out accuracy and the per-example correctness (labelled examples, in order)
+        of one discretization: the logits of `held_out_accuracy`'s batches are kept."""
+        predict = _predict
+        if scheme is not None:
+            steps = jnp.asarray(steps_per_layer * tr.num_layers, jnp.int32)
 
-        def predict(m, xs):
-            return _logits_at(m, scheme, xs, steps)
+            def predict(m, xs):
+                return _logits_at(m, scheme, xs, steps)
 
-        return float(held_out_accuracy(m, data, batch_size=batch_size, predict=predict))
+        batches = []
 
-    own = acc(model)
-    refined = [acc(model, tr.scheme, f * k) for f in factors]
+        def recorded(m, xs):
+            logits = predict(m, xs)
+            batches.append(logits)
+            return logits
+
+        accuracy = float(held_out_accuracy(m, data, batch_size=batch_size, predict=recorded))
+        return accuracy, _correctness(batches, data, batch_size)
+
+    own, own_correct = acc(model)
+    refined, correct = [], []
+    for f in factors:
+        a, c = acc(model, tr.scheme, f * k)
+        refined.append(a)
+        correct.append(c)
     finest = factors[-1] * k
-    second = acc(model, second_scheme, finest)
+    second, second_correct = acc(model, second_scheme, finest)
     spread = max(abs(a - own) for a in [*refined, second])
+    labels = [(type(tr.scheme).__name__, f * k) for f in factors]
+    labels.append((type(second_scheme).__name__, finest))
+    paired = []
+    if own_correct.size:
+        for (name, steps_per_layer), c in zip(labels, [*correct, second_correct]):
+            result = paired_difference(own_correct, c, confidence=confidence)
+            paired.append(
+                {"scheme": name, "steps_per_layer": steps_per_layer, **dataclasses.asdict(result)}
+            )
     return RefinementAccuracy(
         scheme=type(tr.scheme).__name__,
         steps_per_layer=k,
@@ -112,7 +156,21 @@ def refinement_accuracy(
         second_steps_per_layer=finest,
         second_accuracy=second,
         spread=float(spread),
+        paired=paired,
     )
+
+
+def _correctness(batches, data, batch_size: int) -> np.ndarray:
+    """Per-example correctness from the logits of `held_out_accuracy`'s batches (its
+    `even_batches`, in order): `argmax == label` for the labelled examples (label `>= 0`)."""
+    from ._data import even_batches
+
+    hits = []
+    for logits, (indices, length) in zip(batches, even_batches(len(data), batch_size)):
+        ys = np.asarray(data.targets[indices[:length]])
+        guess = np.asarray(jnp.argmax(logits[:length], -1))
+        hits.append((guess == ys)[ys >= 0])
+    return np.concatenate(hits) if hits else np.zeros(0, bool)
 
 
 @eqx.filter_jit

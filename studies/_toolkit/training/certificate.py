@@ -83,6 +83,8 @@ def certificate_lines(cert: dict | None) -> list[str]:
                 f"{100 * acc['spread']:.2f} points ({100 * cert['max_accuracy_spread']:.2f})",
             )
         )
+        if acc.get("paired"):
+            rows.append(paired_row(acc["paired"]))
     rows += [
         ("discretization", f"{cert['scheme']}, {cert['steps_per_layer']} step(s)/layer"),
         ("max-abs error vs Dopri8 reference", f"{cert['error']:.3g}"),
@@ -103,6 +105,22 @@ def certificate_lines(cert: dict | None) -> list[str]:
         "",
         markdown_table(["quantity", "value"], rows),
     ]
+
+
+def paired_row(paired: list[dict]) -> tuple[str, str]:
+    """The certificate's paired comparisons as one table row: for each refinement (and the second
+    scheme) the change of held-out accuracy against the model's own discretization on the same
+    examples, in points, with its Newcombe interval and the exact McNemar p-value."""
+    confidence = 100 * paired[0]["confidence"]
+    cells = [
+        f"{p['scheme']} {p['steps_per_layer']}: {p['difference']:+.2f} "
+        f"[{p['low']:+.2f}, {p['high']:+.2f}] (p {p['p_value']:.2g})"
+        for p in paired
+    ]
+    return (
+        f"paired change vs own, points [{confidence:g} % interval] (McNemar p)",
+        " / ".join(cells),
+    )
 
 
 def consistency_text(cert: dict | None) -> str:

@@ -205,7 +205,7 @@ def test_weights_that_are_no_run_are_refused(tmp_path):
 
 @pytest.mark.slow
 def test_a_network_trained_at_one_lie_step_per_layer_is_not_consistent(tmp_path):
-    """Today's training (`--depth fixed --kinetic 0 --smoothness 0`: every batch at one
+    """Training with `--depth fixed --kinetic 0 --smoothness 0` (every batch at one
     Lie–Trotter step per layer) leans on its grid: the certificate measures the accuracy moving under refinement,
     says `consistent: false` with that spread, and the verdict is "No"."""
     out = tmp_path / "lie1"
@@ -241,6 +241,17 @@ def test_a_network_trained_at_one_lie_step_per_layer_is_not_consistent(tmp_path)
     model, task = wbc.load_run(out), wbc.digits(0)
     fine = model.rediscretize(wb.schemes.LieTrotter(), acc["refined_steps_per_layer"][-1])
     assert wbc.evaluate(fine, task.test) == pytest.approx(acc["refined_accuracies"][-1], abs=1e-6)
+    # Each refinement is also compared with the own discretization on the same test images,
+    # and the report prints those intervals.
+    others = [*acc["refined_accuracies"], acc["second_accuracy"]]
+    steps = [*acc["refined_steps_per_layer"], acc["second_steps_per_layer"]]
+    assert [p["steps_per_layer"] for p in acc["paired"]] == steps
+    for p, a in zip(acc["paired"], others):
+        assert p["num_examples"] == len(task.test) and p["confidence"] == 0.95
+        assert p["accuracy_b"] == pytest.approx(a, abs=1e-6)
+        assert p["difference"] == pytest.approx(100 * (a - acc["accuracy"]), abs=1e-4)
+        assert p["low"] <= p["difference"] <= p["high"] and 0 <= p["p_value"] <= 1
+    assert "paired change vs own" in (out / "report.md").read_text()
     verdict = (out / "report.md").read_text().splitlines()[0]
     assert verdict.startswith("**Verdict.** No.")
     assert json.loads((out / "results.json").read_text())["test_accuracy"] >= 0.6  # target met

@@ -363,3 +363,26 @@ def test_the_device_layout_is_not_part_of_a_training_runs_identity():
     assert T.fingerprint(dataclasses.replace(c, shard_params=True)) == T.fingerprint(c)
     assert "shard_params" not in T.fingerprint(c)
     assert T.fingerprint(dataclasses.replace(c, seed=1)) != T.fingerprint(c)
+
+
+def test_the_certificate_table_prints_the_paired_intervals():
+    """A certificate with paired comparisons prints, per refinement, the change in points with
+    its interval and McNemar p; one without (an older certificate) prints no such row."""
+    import workbench.analysis as wba
+    from studies._toolkit.training import certificate_lines
+
+    from helpers import certificate_dict
+
+    cert = certificate_dict(0.0004)
+    assert not any("paired" in line for line in certificate_lines(cert))
+    own = np.ones(10_000, bool)
+    lost = own.copy()
+    lost[:4] = False
+    result = wba.paired_difference(own, lost)
+    cert["accuracy"]["paired"] = [
+        {"scheme": "LieTrotter", "steps_per_layer": 16, **dataclasses.asdict(result)}
+    ]
+    table = "\n".join(certificate_lines(cert))
+    want = f"LieTrotter 16: -0.04 [{result.low:+.2f}, {result.high:+.2f}] (p 0.12)"
+    assert "paired change vs own, points [95 % interval] (McNemar p)" in table and want in table
+    assert result.low < -0.04 < 0 < result.high

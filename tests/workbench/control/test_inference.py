@@ -201,6 +201,27 @@ def test_refinement_accuracy_is_the_rediscretized_models_and_compiles_once_per_s
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-12, atol=1e-12)
     spread = max(abs(a - r.accuracy) for a in [*want, r.second_accuracy])
     assert r.spread == pytest.approx(spread, abs=1e-12)
+    # the paired comparisons: each discretization against the model's own on the same examples,
+    # from the per-example predictions of the rediscretized models
+    predict = eqx.filter_jit(lambda m, x: jnp.argmax(jax.vmap(m)(x), -1))
+    ys = np.asarray(data.targets)
+    own = np.asarray(predict(model, xs)) == ys
+    others = [(lie, k) for k in (2, 4, 8, 16)] + [(strang, 16)]
+    assert [(p["scheme"], p["steps_per_layer"]) for p in r.paired] == [
+        (type(s).__name__, k) for s, k in others
+    ]
+    for p, (s, k) in zip(r.paired, others):
+        theirs = np.asarray(predict(model.rediscretize(s, k), xs)) == ys
+        want_paired = wb.analysis.paired_difference(own, theirs)
+        assert p == {
+            "scheme": type(s).__name__,
+            "steps_per_layer": k,
+            **dataclasses.asdict(want_paired),
+        }
+        assert p["accuracy_b"] == pytest.approx(wbc.evaluate(model.rediscretize(s, k), data))
+    assert r.paired[0]["accuracy_a"] == pytest.approx(r.accuracy, abs=1e-6)
+    with pytest.raises(ValueError, match=r"refinement_accuracy: confidence=1.5 must be"):
+        wbc.refinement_accuracy(model, data, confidence=1.5)
 
 
 def test_continuous_depth_verdict_follows_the_numbers():
