@@ -69,8 +69,8 @@ def test_studies_top_level_shows_its_shape():
 
 def test_the_public_surface_of_control_is_small():
     """`workbench.control`'s public names are its `from ._x import Name as Name` re-exports
-    (equinox's convention): at most 45, internals (callbacks, run state, checkpoint managers)
-    private."""
+    (equinox's convention): at most 47, the task functions included; internals (callbacks, run
+    state, checkpoint managers) private."""
     import types
 
     import workbench.control as wbc
@@ -80,6 +80,6 @@ def test_the_public_surface_of_control_is_small():
         for n in dir(wbc)
         if not n.startswith("_") and not isinstance(getattr(wbc, n), types.ModuleType)
     ]
-    assert len(public) <= 45, f"workbench.control has {len(public)} public names: {public}"
+    assert len(public) <= 47, f"workbench.control has {len(public)} public names: {public}"
     for internal in ("Run", "METRICS", "check_data", "batch_indices", "CheckpointManager"):
         assert internal not in public

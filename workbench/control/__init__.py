@@ -55,6 +55,8 @@ from ._saved_models import (
 from ._tasks import (
     Task as Task,
     digits as digits,
+    mnist1d as mnist1d,
+    mnist5000 as mnist5000,
     random_shift as random_shift,
     sorting as sorting,
 )
