@@ -408,6 +408,7 @@ def test_train_digits_learns_mnist1d():
     examples) well above chance (10 %) and above logistic regression's (about 32 %)."""
     import studies.training.train_digits as s
 
+    pytest.importorskip("mnist1d", reason="the mnist1d task needs mnist1d (the tasks extra)")
     config = dataclasses.replace(s.smoke_config(), task="mnist1d", epochs=2, certificate_examples=0)
     r = s.compute(config)
     assert r.num_steps == 250
