@@ -216,12 +216,16 @@ def digits_training_bytes(
     layers: int | None = None,
     steps_per_layer: int | None = None,
     state_copies: int = 6,
+    examples: tuple[int, int] = (DIGITS_TRAIN, DIGITS_TEST),
+    example_size: int = 64,
 ) -> int:
     """`training_bytes` of a digits model of the config's size (`d`, `num_heads`, `hidden`,
     `batch_size`, the scheme): `tokens` tokens (with the class token), a patch embedding of
     `patch_inputs` pixels per token, `layers` pieces of the controls (default `num_layers`) at
     `steps_per_layer` steps each (default the config's or its plan's), a 10-class head; the
-    held-out split evaluated in one batch; plus the data set in float32."""
+    held-out split evaluated in batches of at most 512 (`wbc.evaluate`'s); plus the data set in
+    float32: `examples` (train, held-out) of `example_size` values each (8×8 digits by
+    default)."""
     scheme, spl = discretization(config)
     layers = config.num_layers if layers is None else layers
     spl = spl if steps_per_layer is None else steps_per_layer
@@ -234,7 +238,7 @@ def digits_training_bytes(
         + 10
         + 2 * d  # head, final LayerNorm
     )
-    data = array_bytes(DIGITS_TRAIN + DIGITS_TEST, 8, 8, itemsize=F32)
+    data = array_bytes(sum(examples), example_size, itemsize=F32)
     return data + training_bytes(
         params=params,
         batch=config.batch_size,
@@ -244,7 +248,7 @@ def digits_training_bytes(
         heads=config.num_heads,
         steps=layers * spl,
         evaluations=scheme_evaluations(scheme),
-        eval_batch=DIGITS_TEST,
+        eval_batch=min(examples[1], 512),
         state_copies=state_copies,
     )
 

@@ -17,6 +17,7 @@ import numpy as np
 
 import workbench as wb
 import workbench.control as wbc
+from workbench.control._saved_models import run_inputs
 
 from .config import check
 
@@ -51,7 +52,7 @@ def trained(folder: str):
     model = to_float64(wbc.load_run(folder))
     if not isinstance(model, wbc.ControlledModel):
         raise ValueError(f"{folder} holds a {type(model).__name__}, not a ControlledModel.")
-    inputs = wbc.run_inputs(folder)
+    inputs = run_inputs(folder)
     x = jnp.asarray(inputs[0])
     if jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.float64)
@@ -67,7 +68,7 @@ def sizes(folder: str) -> dict:
     """`{"n", "d", "layers", "heads", "hidden", "equation"}` of a run folder's trained model and its first
     example input (in the model's own precision: for sizes only)."""
     model = wbc.load_run(folder)
-    u0 = model.embedding(jnp.asarray(np.asarray(wbc.run_inputs(folder)[0])))
+    u0 = model.embedding(jnp.asarray(np.asarray(run_inputs(folder)[0])))
     tr = model.transformer
     ops = tr.equation.operators
     return {

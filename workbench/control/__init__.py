@@ -49,13 +49,13 @@ from ._objective import (
 from ._optimizer import default_optimizer as default_optimizer
 from ._saved_models import (
     load_run as load_run,
-    run_inputs as run_inputs,
     save_model as save_model,
 )
 from ._tasks import (
     Task as Task,
     digits as digits,
-    random_shift as random_shift,
+    mnist1d as mnist1d,
+    mnist5000 as mnist5000,
     sorting as sorting,
 )
 from ._train_step import TrainState as TrainState, TrainStep as TrainStep

@@ -70,7 +70,7 @@ class TrainStep(eqx.Module):
     - `objective`: the `Objective` (default: cross-entropy through the head, no running costs).
     - `method`: the gradient method (default `DiscretizeThenOptimize()`).
     - `augment`: `augment(key, inputs) -> inputs` applied to each batch (e.g.
-      `wbc.random_shift`), or `None`.
+      `random_shift` in `workbench.control._tasks`), or `None`.
     - `discretization`: which discretization of the equation each batch is solved with:
       `OwnDiscretization()` (default: the model's scheme and steps per layer) or e.g.
       `MultiResolution((1, 2, 4))` (a step count drawn per batch from the step's key; the model

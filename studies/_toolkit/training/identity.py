@@ -81,6 +81,10 @@ def fingerprint(config: Any) -> dict:
         fields.pop("coarse_weight", None)
     if fields.get("coarsen") == ():
         del fields["coarsen"]
+    # Absent at its default: a digits run's identity is the same whether or not its config
+    # has the field, so run folders written without it resume.
+    if fields.get("task") == "digits":
+        del fields["task"]
     if fields.get("plan") is not None:
         plan = read_plan(config)
         text = json.dumps(plan.to_dict(), sort_keys=True)

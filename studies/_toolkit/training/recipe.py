@@ -258,17 +258,24 @@ def activation(config: Any):
 
 
 def digits_model(
-    config: Any, key, scheme, steps_per_layer: int, *, kernel_size: int, stride: int
+    config: Any,
+    key,
+    scheme,
+    steps_per_layer: int,
+    *,
+    kernel_size: int,
+    stride: int,
+    image_shape: tuple[int, ...] = (8, 8),
 ) -> wbc.ControlledModel:
-    """The ViT-style digits model of the config's size: a patch embedding of 8×8 images
-    (`kernel_size`, `stride`, zero padding `kernel_size // 2` when `stride == 1`, else none),
-    a pre-norm equation with fresh controls (`wbc.random_transformer`), a linear head on the
-    class token."""
+    """The ViT-style digits model of the config's size: a patch embedding of `image_shape`
+    images (8×8 by default; `(1, 40)` is MNIST-1D's one-row signal) (`kernel_size`, `stride`,
+    zero padding `kernel_size // 2` when `stride == 1`, else none), a pre-norm equation with
+    fresh controls (`wbc.random_transformer`), a linear head on the class token."""
     k1, k2 = jax.random.split(key)
     padding = kernel_size // 2 if stride == 1 else 0
     return wbc.ControlledModel(
         wbc.PatchEmbedding(
-            (8, 8), config.d, kernel_size=kernel_size, stride=stride, padding=padding, key=k1
+            image_shape, config.d, kernel_size=kernel_size, stride=stride, padding=padding, key=k1
         ),
         wbc.random_transformer(
             k2,

@@ -13,6 +13,7 @@ import pytest
 
 import workbench as wb
 import workbench.control as wbc
+from workbench.control._saved_models import run_inputs
 
 from helpers import study_cli
 
@@ -66,7 +67,7 @@ def test_convergence_order_takes_a_trained_run(digits_run, tmp_path):
             lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
             wbc.load_run(digits_run),
         )
-        u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
+        u0 = model.embedding(jnp.asarray(run_inputs(digits_run)[0], jnp.float64))
         ref = wb.analysis.reference_solution(model.transformer.equation, u0, steps_per_layer=64)
         lad = rows["strang"]["ladder"]
         k = lad["steps_per_layer"][0]
@@ -104,7 +105,7 @@ def test_stability_takes_a_trained_run(digits_run, tmp_path):
             lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
             wbc.load_run(digits_run),
         )
-        u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))[:4]
+        u0 = model.embedding(jnp.asarray(run_inputs(digits_run)[0], jnp.float64))[:4]
         field = wb.analysis.term_fields(model.transformer.equation, 0.5)["full"]
         jac = jax.jacfwd(lambda v: field(v.reshape(u0.shape)).reshape(-1))(u0.reshape(-1))
         radius = float(np.abs(np.linalg.eigvals(np.asarray(jac))).max())
@@ -147,7 +148,7 @@ def test_splitting_error_takes_a_trained_run(digits_run, tmp_path):
             lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
             wbc.load_run(digits_run),
         )
-        u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
+        u0 = model.embedding(jnp.asarray(run_inputs(digits_run)[0], jnp.float64))
         eq, layers = model.transformer.equation, model.transformer.num_layers
         ref = wb.integrate(eq, u0, wb.solvers.ClassicalRK4(), num_steps=64 * layers).u1
         mine = wb.integrate(eq, u0, wb.schemes.Strang(), num_steps=layers).u1
@@ -176,7 +177,7 @@ def test_plan_takes_a_trained_run(digits_run, tmp_path):
             lambda x: x.astype(jnp.float64) if eqx.is_inexact_array(x) else x,
             wbc.load_run(digits_run),
         )
-        u0 = model.embedding(jnp.asarray(wbc.run_inputs(digits_run)[0], jnp.float64))
+        u0 = model.embedding(jnp.asarray(run_inputs(digits_run)[0], jnp.float64))
         eq, layers = model.transformer.equation, model.transformer.num_layers
         ref = wb.integrate(eq, u0, diffrax.Dopri8(), num_steps=64 * layers).u1
         method = wb.registry.METHODS[plan.method]

@@ -16,7 +16,7 @@ import pytest
 import workbench as wb
 import workbench.control as wbc
 from workbench.control._checkpoint import params_sha256
-from workbench.control._saved_models import load_model, model_structure
+from workbench.control._saved_models import load_model, model_structure, run_inputs
 
 from helpers import tiny_data, tiny_model
 
@@ -100,7 +100,7 @@ def test_load_run_returns_the_trained_model_of_a_run_folder(getkey, rng, tmp_pat
     assert params_sha256(back) == json.loads((tmp_path / "model.json").read_text())["params_sha256"]
     assert back.transformer.steps_per_layer == 2
     # The first training inputs (no held-out data given) come with it, for the analyses.
-    np.testing.assert_array_equal(wbc.run_inputs(tmp_path), data.inputs[:8])
+    np.testing.assert_array_equal(run_inputs(tmp_path), data.inputs[:8])
     # A finished run called again leaves the files as they are.
     stamp = (tmp_path / "model.eqx").stat().st_mtime_ns
     wbc.train(

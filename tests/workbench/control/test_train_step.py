@@ -16,6 +16,7 @@ import workbench.control as wbc
 from workbench.control import _callbacks
 from workbench.control._data import batch_indices
 from workbench.control._discretizations import with_discretization
+from workbench.control._tasks import random_shift
 
 from helpers import tiny_data, tiny_model
 
@@ -30,7 +31,7 @@ def test_a_hand_written_loop_around_the_step_is_train(getkey, rng):
     """The loop a user writes — `step.init`, `eqx.filter_jit(step)`, `batch_indices` — gives
     `train`'s parameters and metrics exactly (same batches, same augmentation keys)."""
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
-    step = _step(augment=wbc.random_shift(1))
+    step = _step(augment=random_shift(1))
     result = wbc.train(
         step, model, data, steps=STEPS, batch_size=BATCH, seed=3, log_every=1, progress=False
     )
@@ -62,7 +63,7 @@ def test_runs_that_differ_only_in_their_seed_compile_one_program(getkey, rng):
     from workbench.control._mesh import BatchMesh, CompiledStep, _step_program
 
     model, data = tiny_model(getkey()), tiny_data(rng, n=24)
-    step = _step(augment=wbc.random_shift(1))
+    step = _step(augment=random_shift(1))
     params = eqx.filter(model, eqx.is_inexact_array)
     xs, ys = jnp.asarray(data.inputs[:BATCH]), jnp.asarray(data.targets[:BATCH])
     texts = []
@@ -101,7 +102,7 @@ def test_a_later_run_of_an_equal_step_reuses_the_program_and_ends_where_a_fresh_
             objective=wbc.Objective(
                 kinetic=None if kinetic is None else wbc.KineticEnergy(kinetic)
             ),
-            augment=wbc.random_shift(1),
+            augment=random_shift(1),
         )
         return wbc.train(
             step, model, data, steps=STEPS, batch_size=BATCH, seed=seed, progress=False

@@ -21,6 +21,7 @@ import pytest
 import workbench.analysis as wba
 import workbench.control as wbc
 from workbench.control import _callbacks, _checkpoint, _fingerprint, _mesh, _trainer
+from workbench.control._tasks import random_shift
 
 from helpers import tiny_data, tiny_model, train
 
@@ -173,7 +174,7 @@ def test_the_fingerprint_is_the_same_in_another_process():
         data = tiny_data(np.random.default_rng(0), n=24)
         opt = wbc.default_optimizer(1e-2, steps=6, warmup=2)
         state = opt.init(eqx.filter(model, eqx.is_inexact_array))
-        step = wbc.TrainStep(opt, augment=wbc.random_shift(1))
+        step = wbc.TrainStep(opt, augment=random_shift(1))
         fp = _fingerprint.run_fingerprint(model, data, train_step=step, opt_state=state,
                                           seed=0, batch_size=4, steps=6)
         print(json.dumps(fp))
@@ -191,7 +192,7 @@ def test_the_fingerprint_is_the_same_in_another_process():
     here = _fingerprint.run_fingerprint(
         model,
         _data(),
-        train_step=wbc.TrainStep(opt, augment=wbc.random_shift(1)),
+        train_step=wbc.TrainStep(opt, augment=random_shift(1)),
         opt_state=opt.init(eqx.filter(model, eqx.is_inexact_array)),
         seed=0,
         batch_size=4,
