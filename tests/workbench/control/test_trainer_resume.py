@@ -168,6 +168,7 @@ def test_the_fingerprint_is_the_same_in_another_process():
         import equinox as eqx, numpy as np
         import workbench.control as wbc
         from workbench.control import _fingerprint
+        from workbench.control._tasks import random_shift
         from helpers import tiny_data, tiny_model
 
         model = tiny_model(jax.random.key(0), d=8, layers=1)
