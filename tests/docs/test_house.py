@@ -83,3 +83,10 @@ def test_the_public_surface_of_control_is_small():
     assert len(public) <= 45, f"workbench.control has {len(public)} public names: {public}"
     for internal in ("Run", "METRICS", "check_data", "batch_indices", "CheckpointManager"):
         assert internal not in public
+
+
+def test_the_training_loop_is_one_idea():
+    """`_trainer.py` holds the loop alone (the mesh, the fingerprint, the signals and the result
+    types live in their own modules)."""
+    lines = (ROOT / "workbench" / "control" / "_trainer.py").read_text(encoding="utf-8")
+    assert len(lines.splitlines()) <= 300

@@ -47,6 +47,11 @@ from ._objective import (
     Objective as Objective,
 )
 from ._optimizer import default_optimizer as default_optimizer
+from ._results import (
+    RESULTS as RESULTS,
+    TrainingDiverged as TrainingDiverged,
+    TrainResult as TrainResult,
+)
 from ._saved_models import (
     load_run as load_run,
     save_model as save_model,
@@ -59,10 +64,4 @@ from ._tasks import (
     sorting as sorting,
 )
 from ._train_step import TrainState as TrainState, TrainStep as TrainStep
-from ._trainer import (
-    RESULTS as RESULTS,
-    TrainingDiverged as TrainingDiverged,
-    TrainResult as TrainResult,
-    evaluate as evaluate,
-    train as train,
-)
+from ._trainer import evaluate as evaluate, train as train
