@@ -15,6 +15,13 @@ from . import (
     solvers as solvers,
     terms as terms,
 )
+from ._bases import (
+    AbstractBasis as AbstractBasis,
+    Legendre as Legendre,
+    LegendreBasis as LegendreBasis,
+    PiecewiseConstantBasis as PiecewiseConstantBasis,
+    PiecewiseLinearBasis as PiecewiseLinearBasis,
+)
 from ._checkpointing import (
     AbstractCheckpointing as AbstractCheckpointing,
     BinomialCheckpointing as BinomialCheckpointing,
@@ -45,5 +52,6 @@ from ._integrate import integrate as integrate
 from ._sharding import map_cells as map_cells
 from ._solution import RESULTS as RESULTS, Solution as Solution
 from ._step import step as step
+from .architectures._model import to_basis as to_basis
 
 __version__ = "0.1.0"

@@ -45,6 +45,10 @@ def _check_factor(factor) -> int:
     return positive_int("factor", factor, hint="pieces per old piece")
 
 
+def _inexact_leaves(values) -> list:
+    return jax.tree.leaves(eqx.filter(values, eqx.is_inexact_array))
+
+
 def _index(values, i):
     # dynamic_index_in_dim skips the negative-index normalization that `x[i]` emits per leaf.
     take = lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False) if eqx.is_array(x) else x
@@ -84,6 +88,28 @@ class AbstractControl(eqx.Module):
     @property
     @abc.abstractmethod
     def is_piecewise_constant(self) -> bool: ...
+
+    def project(self, basis) -> "AbstractControl":
+        """The L² projection of θ onto `basis` (a `wb.LegendreBasis`, ...): see
+        `AbstractBasis.project`."""
+        if not callable(getattr(basis, "project", None)) or isinstance(basis, AbstractControl):
+            raise ValueError(
+                f"basis={basis!r} is not a control basis; pass wb.PiecewiseConstantBasis(L), "
+                "wb.PiecewiseLinearBasis(L) or wb.LegendreBasis(degree)."
+            )
+        return basis.project(self)
+
+    def norm_terms(self) -> list:
+        """`h Σ_l ‖θ_l‖²` per floating leaf: `∫‖θ‖² dt` for piecewise-constant controls (the
+        same layer sum stands for it with interpolated ones)."""
+        h = self.piece_length
+        return [h * jnp.sum(x**2) for x in _inexact_leaves(self.values)]
+
+    def smoothness_terms(self) -> list:
+        """`Σ_l ‖θ_{l+1} − θ_l‖² / h` per floating leaf: `∫‖θ'‖² dt` for the piecewise-linear
+        controls through the layer values, the same sum for piecewise-constant ones."""
+        h = self.piece_length
+        return [jnp.sum((x[1:] - x[:-1]) ** 2) / h for x in _inexact_leaves(self.values)]
 
 
 class PiecewiseConstant(AbstractControl):
@@ -141,6 +167,14 @@ class PiecewiseConstant(AbstractControl):
             return x.reshape(x.shape[0] // factor, factor, *x.shape[1:]).mean(axis=1)
 
         return PiecewiseConstant(jax.tree.map(mean, self.values), self.piece_length * factor)
+
+    def coarsen_transpose(self, factor: int) -> "PiecewiseConstant":
+        """The adjoint of `coarsen(factor)` on a direction shaped like the coarse control: each
+        value repeated on the `factor` fine pieces and divided by `factor` (the mean's
+        transpose)."""
+        fine = self.refine(factor)
+        values = jax.tree.map(lambda x: x / factor if eqx.is_inexact_array(x) else x, fine.values)
+        return PiecewiseConstant(values, fine.piece_length)
 
 
 class Interpolated(AbstractControl):

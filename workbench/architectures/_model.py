@@ -3,11 +3,13 @@
 import warnings
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float, Int, PyTree
 
+from .._bases import AbstractBasis
 from .._checks import positive_int
-from .._controls import Constant, PiecewiseConstant
+from .._controls import AbstractControl, Constant, PiecewiseConstant
 from .._equation import AbstractPlacement, Equation, Operator, PostNorm
 from .._integrate import check_dtype, check_tokens, integrate
 from .._solution import Solution
@@ -310,3 +312,35 @@ def _check_ids(ids, name: str, max_positions: int) -> int:
 def _check_range(ids, size: int, name: str):
     ids = jnp.asarray(ids)
     return eqx.error_if(ids, (ids < 0) | (ids >= size), f"{name} out of range [0, {size}).")
+
+
+def to_basis(tree: PyTree, basis: AbstractBasis) -> PyTree:
+    r"""`tree` (a model, a `Transformer`, an `Equation`) with every control projected onto
+    `basis` (`AbstractBasis.project`): a network's layers mapped into a smooth basis, or a
+    trained model compressed onto fewer functions, without data.
+
+    A `Transformer` keeps its total number of steps over `[0, T]` where the new basis allows
+    (`steps_per_layer · num_layers` steps, on the new pieces), else the nearest multiple of its
+    new layer count.
+    """
+    if not isinstance(basis, AbstractBasis):
+        raise ValueError(
+            f"basis={basis!r} is not a control basis; pass wb.PiecewiseConstantBasis(L), "
+            "wb.PiecewiseLinearBasis(L) or wb.LegendreBasis(degree)."
+        )
+
+    def is_node(x):
+        return isinstance(x, (AbstractControl, Transformer))
+
+    def convert(x):
+        if isinstance(x, AbstractControl):
+            return basis.project(x)
+        if isinstance(x, Transformer):
+            total = x.num_layers * x.steps_per_layer
+            equation = to_basis(x.equation, basis)
+            pieces = equation.num_pieces
+            steps = max(1, round(total / pieces))
+            return Transformer(equation, x.scheme, steps)
+        return x
+
+    return jax.tree.map(convert, tree, is_leaf=is_node)

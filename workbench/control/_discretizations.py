@@ -77,18 +77,27 @@ def coarsened(tree, factor: int):
 
 def refined_adjoint(tree, factor: int):
     """The adjoint of `coarsened` on a direction shaped like the coarse model: every control's
-    direction repeated on the `factor` fine layers of its coarse layer and divided by `factor`
-    (the mean's transpose)."""
+    `coarsen_transpose` (for layers, each coarse layer's direction repeated on its `factor` fine
+    layers and divided by `factor`, the mean's transpose; for Legendre coefficients, zeros
+    appended)."""
     if factor == 1:
         return tree
     from ._models import _map_controls
 
-    def spread(c):
-        fine = c.refine(factor)
-        values = jax.tree.map(lambda x: x / factor if eqx.is_inexact_array(x) else x, fine.values)
-        return type(fine)(values, fine.piece_length)
+    return _on_transformers(tree, lambda t: _map_controls(t, lambda c: c.coarsen_transpose(factor)))
 
-    return _on_transformers(tree, lambda t: _map_controls(t, spread))
+
+def _is_global(model) -> bool:
+    """Whether the model's controls are one piece over the whole depth (a global basis such as
+    `wb.Legendre`), so that its steps are steps over `[0, T]`."""
+    equation = _transformers(model)[0].equation
+    return equation.num_pieces == 1 and not equation.is_piecewise_constant
+
+
+def _num_functions(transformer) -> int:
+    """The number of basis functions of the controls (layers, or Legendre coefficients)."""
+    control = transformer.equation.operators[0].term
+    return getattr(control, "num_functions", control.num_pieces)
 
 
 def own_discretization(model) -> tuple[AbstractSplittingScheme, int]:
@@ -222,15 +231,22 @@ class MultiResolution(AbstractTrainingDiscretization):
 
     def candidates(self, model):
         own, _ = own_discretization(model)
-        layers = _transformers(model)[0].num_layers
+        layers = _num_functions(_transformers(model)[0])
         bad = [f for f in self.coarsen if layers % f]
         if bad:
             raise ValueError(
                 f"MultiResolution.coarsen={self.coarsen!r}: factor(s) {bad} do not divide the "
-                f"model's {layers} layers; valid: "
+                f"model's {layers} layers (basis functions); valid: "
                 f"{[f for f in range(2, layers + 1) if layers % f == 0]}."
             )
         scheme = own if self.scheme is None else self.scheme
+        if _is_global(model):
+            # One piece over the whole depth (a smooth basis): a coarse draw solves the first
+            # 1/f of the functions with 1/f of the model's own steps.
+            _, own_steps = own_discretization(model)
+            return tuple(
+                (scheme, k if f == 1 else max(1, own_steps // f), f) for k, f in self.draws
+            )
         return tuple((scheme, k, f) for k, f in self.draws)
 
     def index(self, key, step):

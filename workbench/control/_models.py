@@ -18,7 +18,7 @@ from .._controls import AbstractControl, Interpolated, PiecewiseConstant
 from .._equation import Equation, Operator, PostNorm, PreNorm
 from .._random import normal
 from .._types import Tokens
-from ..architectures._model import Transformer
+from ..architectures._model import Transformer, to_basis
 from ..architectures._vision import ViT, ViTEmbeddings
 from ..schemes._splitting import AbstractSplittingScheme, LieTrotter
 from ..terms._activations import gelu
@@ -60,6 +60,7 @@ def random_transformer(
     layer_norm_eps: float = 1e-5,
     output_scale: float = 0.1,
     dtype=jnp.float32,
+    basis=None,
 ) -> Transformer:
     r"""A Transformer equation with freshly initialized controls, ready to train.
 
@@ -72,7 +73,10 @@ def random_transformer(
     **Arguments:** `key`; `d` (width), `num_heads` (divides `d`), `num_layers` (the controls'
     pieces, each of duration 1), `hidden` (feed-forward width); `activation`; `causal`
     (GPT-style attention); `pre_norm`; `scheme`, `steps_per_layer` (the discretization);
-    `layer_norm_eps`; `output_scale`; `dtype`.
+    `layer_norm_eps`; `output_scale`; `dtype`; `basis`: the controls' basis, `None` for a
+    network's layers (`wb.PiecewiseConstantBasis(num_layers)`), or e.g.
+    `wb.LegendreBasis(num_layers - 1)`: the fresh layers projected onto it (`wb.to_basis`, at
+    most `num_layers` functions; the total number of steps is kept).
     """
     d = _check_int("d", d)
     num_heads = _check_int("num_heads", num_heads)
@@ -116,7 +120,10 @@ def random_transformer(
         PreNorm() if pre_norm else PostNorm(),
         final if pre_norm else None,
     )
-    return Transformer(equation, scheme, steps_per_layer)
+    transformer = Transformer(equation, scheme, steps_per_layer)
+    if basis is None:
+        return transformer
+    return to_basis(transformer, basis)
 
 
 def random_vit(
@@ -378,19 +385,23 @@ def refine_depth(model, factor: int):
 
 
 def coarsen_depth(model, factor: int):
-    r"""The model on `num_layers / factor` layers of duration `factor · h` (same `T`): every
-    control projected onto the coarser pieces (`PiecewiseConstant.coarsen`: the mean of each run
-    of `factor` layers, the L² projection). With the same scheme and `steps_per_layer` it takes
-    `factor` times fewer steps of `factor` times the size: the compression of a trained model in
-    depth (half the basis and half the steps for `factor = 2`), without retraining. Only
-    piecewise-constant controls (a network's layers) can be coarsened; the inverse of
-    `refine_depth`."""
+    r"""The model on `1 / factor` of its basis functions (same `T`): every control projected
+    onto the coarser basis. For a network's layers (`PiecewiseConstant.coarsen`) that is
+    `num_layers / factor` layers of duration `factor · h`, each the mean of a run of `factor`
+    layers (the L² projection); with the same scheme and `steps_per_layer` it takes `factor`
+    times fewer steps of `factor` times the size. For `wb.Legendre` controls it keeps the first
+    `n / factor` coefficients (`Legendre.coarsen`, the L² projection onto the lower degree) and
+    the model's steps; solve it with fewer steps with `rediscretize`. Either way it is the
+    compression of a trained model without retraining or data (half the basis for
+    `factor = 2`). Interpolated controls have no nested coarser basis and are refused (project
+    them with `wb.to_basis`); the inverse of `refine_depth` for layers."""
 
     def fn(c):
-        if not isinstance(c, PiecewiseConstant):
+        if not hasattr(c, "coarsen"):
             raise ValueError(
-                f"coarsen_depth needs piecewise-constant controls (a network's layers); got "
-                f"{type(c).__name__}."
+                f"coarsen_depth needs controls with a nested coarser basis (a network's layers, "
+                f"wb.PiecewiseConstant, or wb.Legendre); got {type(c).__name__}. Project it "
+                "with wb.to_basis(model, basis) instead."
             )
         return c.coarsen(factor)
 

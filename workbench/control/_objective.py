@@ -74,14 +74,14 @@ class KineticEnergy(eqx.Module):
         return self.weight * jnp.sum((u_next - u) ** 2) / (n * tau)
 
 
-def _control_leaves(transformer) -> list:
-    """The stacked inexact arrays of every control of the equation (leading axis = layer)."""
-    leaves = []
+def _controls(transformer) -> list:
+    """Every control of the equation (terms and projections)."""
+    out = []
     for op in transformer.equation.operators:
         for c in (op.term, op.projection):
             if isinstance(c, AbstractControl):
-                leaves += jax.tree.leaves(eqx.filter(c.values, eqx.is_inexact_array))
-    return leaves
+                out.append(c)
+    return out
 
 
 class AbstractControlCost(eqx.Module):
@@ -92,8 +92,9 @@ class AbstractControlCost(eqx.Module):
 
 
 class ControlNorm(AbstractControlCost):
-    r"""`λ_θ ∫ ‖θ(t)‖² dt = λ_θ h Σ_l ‖θ_l‖²` for piecewise-constant controls (layer length
-    `h`); the same sum is used for interpolated controls (their layer values)."""
+    r"""`λ_θ ∫ ‖θ(t)‖² dt`, each control in its basis (`AbstractControl.norm_terms`):
+    `λ_θ h Σ_l ‖θ_l‖²` for piecewise-constant controls (layer length `h`), the same sum for
+    interpolated ones (their layer values), `λ_θ T Σ_k ‖c_k‖²` for Legendre coefficients."""
 
     weight: float = eqx.field(static=True, default=1e-4)
 
@@ -101,15 +102,15 @@ class ControlNorm(AbstractControlCost):
         _check_weight("ControlNorm", self.weight)
 
     def __call__(self, transformer):
-        h = transformer.equation.piece_length
-        total = sum(jnp.sum(x**2) for x in _control_leaves(transformer))
-        return self.weight * h * total
+        total = sum(t for c in _controls(transformer) for t in c.norm_terms())
+        return self.weight * total
 
 
 class ControlSmoothness(AbstractControlCost):
-    r"""`λ_s ∫ ‖θ'(t)‖² dt = λ_s Σ_l ‖θ_{l+1} − θ_l‖² / h`: exact for the piecewise-linear
-    controls through the layer values (`Interpolated`), the same discrete sum for a network's
-    piecewise-constant ones. It makes trained controls smooth in depth, what a network needs to
+    r"""`λ_s ∫ ‖θ'(t)‖² dt`, each control in its basis (`AbstractControl.smoothness_terms`):
+    `λ_s Σ_l ‖θ_{l+1} − θ_l‖² / h`, exact for the piecewise-linear controls through the layer
+    values (`Interpolated`), the same discrete sum for a network's piecewise-constant ones, and
+    the exact integral `Σ_jk D_jk ⟨c_j, c_k⟩` for Legendre coefficients. It makes trained controls smooth in depth, what a network needs to
     be consistent with an ODE as the step shrinks."""
 
     weight: float = eqx.field(static=True, default=1e-3)
@@ -118,9 +119,8 @@ class ControlSmoothness(AbstractControlCost):
         _check_weight("ControlSmoothness", self.weight)
 
     def __call__(self, transformer):
-        h = transformer.equation.piece_length
-        total = sum(jnp.sum((x[1:] - x[:-1]) ** 2) for x in _control_leaves(transformer))
-        return self.weight * total / h
+        total = sum(t for c in _controls(transformer) for t in c.smoothness_terms())
+        return self.weight * total
 
 
 class Objective(eqx.Module):
