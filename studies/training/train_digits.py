@@ -85,6 +85,12 @@ class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFiel
     MNIST-1D (mnist5000 uses 4×4 patches, stride 4)."""
     patch_size: int = 2
     """Patch size of the "vit" embedding (divides 8: 1, 2, 4 or 8)."""
+    basis: str = "layers"
+    """The controls' basis (`num_layers` functions' worth of parameters): "layers" (a network,
+    piecewise constant), "legendre" (polynomials in depth of degree num_layers − 1: a smooth
+    field, one piece over the whole depth, so its `steps_per_layer` and `resolutions` count
+    steps over all of [0, num_layers] and need not be multiples of anything) or
+    "interpolated" (piecewise linear)."""
     shift: int = 1
     """Random shifts of up to this many pixels (0: no augmentation) of the image tasks (not of
     MNIST-1D)."""
@@ -112,6 +118,13 @@ class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFiel
             "an integer >= 0",
         )
         check_choices(self, "task", TASKS)
+        check_choices(self, "basis", tuple(T.BASES))
+        check(
+            self,
+            "coarsen",
+            self.basis != "interpolated" or not self.coarsen,
+            "'' (none) with basis='interpolated' (no nested coarser basis)",
+        )
         train_size = TRAIN_SIZES[self.task]
         check(
             self,
@@ -232,13 +245,27 @@ def _model(config: Config, key, scheme, steps_per_layer):
             kernel_size=config.kernel_size,
             stride=1,
             image_shape=(1, 40),
+            basis=config.basis,
         )
     if config.task == "mnist5000":
         return T.digits_model(
-            config, key, scheme, steps_per_layer, kernel_size=4, stride=4, image_shape=(28, 28)
+            config,
+            key,
+            scheme,
+            steps_per_layer,
+            kernel_size=4,
+            stride=4,
+            image_shape=(28, 28),
+            basis=config.basis,
         )
     return T.digits_model(
-        config, key, scheme, steps_per_layer, kernel_size=config.kernel_size, stride=1
+        config,
+        key,
+        scheme,
+        steps_per_layer,
+        kernel_size=config.kernel_size,
+        stride=1,
+        basis=config.basis,
     )
 
 

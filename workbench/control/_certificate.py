@@ -328,11 +328,20 @@ def certify(
     h = equation.piece_length / np.asarray(steps, float)
     fit = fit_order(h, errors, expected=transformer.expected_order, throw=False)
     fit = fit if fit.success else None
-    # Spectra at the start of every layer along the first example's trajectory.
-    starts = layer_inputs(transformer, states[0])
+    # Spectra at the start of every layer along the first example's trajectory (of every step
+    # for controls without layers, e.g. a smooth basis, with the field at the step's midpoint).
+    if equation.is_piecewise_constant:
+        starts = layer_inputs(transformer, states[0])
+        times = [(layer + 0.5) * equation.piece_length for layer in range(len(starts))]
+    else:
+        u_first = jax.numpy.asarray(states[0])
+        us = transformer.solve(u_first, save_steps=True).us
+        starts = [u_first] + list(us[:-1])
+        tau = equation.t1 / len(us)
+        times = [(i + 0.5) * tau for i in range(len(starts))]
     eigs = []
-    for layer, v in enumerate(starts):
-        f = term_fields(equation, (layer + 0.5) * equation.piece_length)["full"]
+    for v, t in zip(starts, times):
+        f = term_fields(equation, t)["full"]
         eigs.append(
             arnoldi_eigenvalues(f, v, num_eigenvalues=num_eigenvalues, krylov_dim=krylov_dim)
         )

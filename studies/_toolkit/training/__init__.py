@@ -31,6 +31,7 @@ from .outcome import (
     training_verdict as training_verdict,
 )
 from .recipe import (
+    BASES as BASES,
     CHECKPOINTING as CHECKPOINTING,
     CONTROLS as CONTROLS,
     DEPTH as DEPTH,

@@ -85,6 +85,8 @@ def fingerprint(config: Any) -> dict:
     # has the field, so run folders written without it resume.
     if fields.get("task") == "digits":
         del fields["task"]
+    if fields.get("basis") == "layers":
+        del fields["basis"]
     if fields.get("plan") is not None:
         plan = read_plan(config)
         text = json.dumps(plan.to_dict(), sort_keys=True)

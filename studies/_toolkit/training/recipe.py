@@ -266,11 +266,13 @@ def digits_model(
     kernel_size: int,
     stride: int,
     image_shape: tuple[int, ...] = (8, 8),
+    basis: str = "layers",
 ) -> wbc.ControlledModel:
     """The ViT-style digits model of the config's size: a patch embedding of `image_shape`
     images (8×8 by default; `(1, 40)` is MNIST-1D's one-row signal) (`kernel_size`, `stride`,
     zero padding `kernel_size // 2` when `stride == 1`, else none), a pre-norm equation with
-    fresh controls (`wbc.random_transformer`), a linear head on the class token."""
+    fresh controls (`wbc.random_transformer`) in the basis `basis` (`BASES`), a linear head on
+    the class token."""
     k1, k2 = jax.random.split(key)
     padding = kernel_size // 2 if stride == 1 else 0
     return wbc.ControlledModel(
@@ -286,9 +288,21 @@ def digits_model(
             activation=activation(config),
             scheme=scheme,
             steps_per_layer=steps_per_layer,
+            basis=BASES[basis](config.num_layers),
         ),
         wbc.ClassifierHead(config.d, 10),
     )
+
+
+BASES = {
+    "layers": lambda num_layers: None,
+    "legendre": lambda num_layers: wb.LegendreBasis(num_layers - 1),
+    "interpolated": lambda num_layers: wb.PiecewiseLinearBasis(num_layers),
+}
+"""The controls' basis by the config's `basis`, for `num_layers` layers' worth of parameters:
+a network's layers (piecewise constant), Legendre polynomials of degree `num_layers − 1` on
+`[0, num_layers]` (one piece: smooth in depth, any step count, steps over the whole depth),
+or piecewise linear through the layer midpoints."""
 
 
 CONTROLS = ("interpolated", "piecewise")
