@@ -48,6 +48,10 @@ from ._formulations import (
     Penalty as Penalty,
     Projected as Projected,
 )
+from ._hypernetwork import (
+    Hypernetwork as Hypernetwork,
+    HypernetworkBasis as HypernetworkBasis,
+)
 from ._integrate import integrate as integrate
 from ._sharding import map_cells as map_cells
 from ._solution import RESULTS as RESULTS, Solution as Solution

@@ -22,6 +22,14 @@ onto a *larger* basis that does not contain the control's is refused: it would p
 resolution. Projecting onto fewer functions is the compression of a trained model, with no
 data and no retraining.
 
+A *learned* basis (`wb.HypernetworkBasis`: its functions are a small network of `t`, `degree`
+`None`) has no polynomial pieces, so no Gauss rule is exact for it: a projection with a learned
+source or target uses `LEARNED_NODES` Gauss–Legendre nodes on each of at least
+`LEARNED_PIECES` equal subintervals of `[0, T]` (every interval between breakpoints cut into
+its share), and is then approximate, to the quadrature error of analytic integrands. Its
+Gram system is solved with `jnp`, in the dtype of the control's values, so that it can be
+traced.
+
 A Legendre control is smooth in depth, so an adaptive solver can step across many layers' worth
 of depth at once and every splitting scheme keeps its order on the whole network.
 """
@@ -54,6 +62,11 @@ __all__ = [
     "PiecewiseLinearBasis",
     "basis_of",
 ]
+
+LEARNED_NODES = 16
+"""Gauss–Legendre nodes per subinterval in a projection that involves a learned basis."""
+LEARNED_PIECES = 8
+"""The fewest equal subintervals of `[0, T]` such a projection's quadrature uses."""
 
 
 def _legendre_values(x, n: int, xp):
@@ -106,7 +119,8 @@ class AbstractBasis(eqx.Module):
 
     @abc.abstractmethod
     def functions(self, ts: np.ndarray, t1: float) -> np.ndarray:
-        """`φ_k(t)` at the times `ts` (NumPy, float64), shape `(len(ts), n)`."""
+        """`φ_k(t)` at the times `ts`, shape `(len(ts), n)`: NumPy float64 for the fixed
+        bases, a JAX array in its weights' dtype for a learned one."""
 
     @abc.abstractmethod
     def breakpoints(self, t1: float) -> np.ndarray:
@@ -114,8 +128,9 @@ class AbstractBasis(eqx.Module):
 
     @property
     @abc.abstractmethod
-    def degree(self) -> int:
-        """The polynomial degree of the functions between breakpoints."""
+    def degree(self) -> int | None:
+        """The polynomial degree of the functions between breakpoints; `None` for functions
+        that are not polynomials there (a learned basis: its projections are approximate)."""
 
     @abc.abstractmethod
     def control(self, values: PyTree, t1: float) -> AbstractControl:
@@ -135,7 +150,7 @@ class AbstractBasis(eqx.Module):
                 f"got {type(control).__name__}."
             )
         source = basis_of(control)
-        if source == self:
+        if _same_basis(source, self):
             return control
         if self.num_functions > source.num_functions and not self.contains(source):
             raise ValueError(
@@ -146,14 +161,43 @@ class AbstractBasis(eqx.Module):
                 "nests it (e.g. a multiple of the layer count, a higher degree)."
             )
         t1 = control.t1
-        matrix = _projection_matrix(source, self, t1)
+        leaves = [x for x in jax.tree.leaves(control.values) if eqx.is_inexact_array(x)]
+        dtype = jnp.result_type(*leaves) if leaves else jnp.result_type(float)
+        matrix = _projection_matrix(source, self, t1, dtype)
         values = _combine(matrix, control.values, f"project onto {type(self).__name__}")
         return self.control(values, t1)
 
 
-def _projection_matrix(source: AbstractBasis, target: AbstractBasis, t1: float) -> np.ndarray:
-    """`P` with `c_target = P c_source`: `G_t⁻¹ ∫ φ_t φ_sᵀ`, exact for polynomial pieces."""
+def _same_basis(a: AbstractBasis, b: AbstractBasis) -> bool:
+    """`a == b`, concretely: bases holding traced weights (a learned basis under `jit`) are the
+    same only when they are the same object."""
+    same = a == b
+    return bool(same) if isinstance(same, (bool, np.bool_)) else a is b
+
+
+def _learned_points(points: np.ndarray, t1: float) -> np.ndarray:
+    """`points` with every interval cut into equal parts of length at most `T / LEARNED_PIECES`."""
+    out = [points[:1]]
+    for a, b in zip(points[:-1], points[1:]):
+        m = max(1, math.ceil(LEARNED_PIECES * (b - a) / t1 - 1e-9))
+        out.append(np.linspace(a, b, m + 1)[1:])
+    return np.concatenate(out)
+
+
+def _projection_matrix(source: AbstractBasis, target: AbstractBasis, t1: float, dtype=None):
+    """`P` with `c_target = P c_source`: `G_t⁻¹ ∫ φ_t φ_sᵀ`, exact for polynomial pieces. With a
+    learned basis (`degree` `None`): many nodes on subdivided intervals, approximate, solved
+    with `jnp` in `dtype` (default float64 where enabled)."""
     points = np.union1d(source.breakpoints(t1), target.breakpoints(t1))
+    if source.degree is None or target.degree is None:
+        degrees = [b.degree for b in (source, target) if b.degree is not None]
+        q = max([LEARNED_NODES] + [d + 1 for d in degrees])
+        nodes, weights = _gauss(_learned_points(points, t1), q)
+        dtype = jnp.result_type(float) if dtype is None else dtype
+        a = jnp.asarray(target.functions(nodes, t1), dtype)
+        s = jnp.asarray(source.functions(nodes, t1), dtype)
+        w = jnp.asarray(weights, dtype)[:, None]
+        return jnp.linalg.solve(a.T @ (w * a), a.T @ (w * s))
     q = max(1, (source.degree + target.degree) // 2 + 1)  # exact up to degree 2q − 1
     q = max(q, target.degree + 1)  # the Gram matrix (degree 2 · target's) exact too
     nodes, weights = _gauss(points, q)
