@@ -98,6 +98,7 @@ STUDIES: dict[str, str] = {
     "depth-refinement": "studies.training.depth_refinement",
     "regularization-cost": "studies.training.regularization_cost",
     "continuous-depth": "studies.training.continuous_depth",
+    "control-bases": "studies.training.control_bases",
     "scheme-architectures": "studies.models.scheme_architectures",
     "trained-model-analysis": "studies.models.trained_model_analysis",
     "real-model-dynamics": "studies.models.real_model_dynamics",
