@@ -336,8 +336,12 @@ class Legendre(AbstractControl):
         return self
 
     def evaluate(self, t) -> PyTree:
+        """θ(t), the polynomial itself at every `t`, also just outside `[0, T]`: Yoshida4's
+        clock leaves the step (to `t − 0.35τ` in the first, `T + 0.35τ` in the last), and the
+        polynomial continues θ smoothly there, where a value held constant past the ends would
+        be a kink that brings Yoshida4 down to order 2."""
         x = 2 * jnp.asarray(t) / self.piece_length - 1
-        phi = _legendre_values(jnp.clip(x, -1.0, 1.0), self.num_functions, jnp)
+        phi = _legendre_values(x, self.num_functions, jnp)
         return _at(phi, self.values)
 
     def coarsen(self, factor: int) -> "Legendre":
