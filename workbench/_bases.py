@@ -361,6 +361,7 @@ class Legendre(AbstractControl):
     def coarsen_transpose(self, factor: int) -> "Legendre":
         """The adjoint of `coarsen(factor)` on a direction shaped like the coarse control:
         zeros appended up to `factor · n` coefficients."""
+        factor = _check_factor(factor)
         n = self.num_functions
 
         def pad(x):
