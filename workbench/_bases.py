@@ -163,6 +163,14 @@ def _projection_matrix(source: AbstractBasis, target: AbstractBasis, t1: float) 
     return np.linalg.solve(gram, a.T @ (weights[:, None] * s))
 
 
+def _is_constants(basis: AbstractBasis) -> bool:
+    """Whether `basis` is the constants alone (one function: PC(1), PL(1), Legendre(0)), a
+    subspace of every basis."""
+    return basis.num_functions == 1 and isinstance(
+        basis, (PiecewiseConstantBasis, PiecewiseLinearBasis, LegendreBasis)
+    )
+
+
 class PiecewiseConstantBasis(AbstractBasis):
     """Indicators of `num_pieces` equal pieces of `[0, T]`: a network's layers
     (`wb.PiecewiseConstant`)."""
@@ -193,7 +201,7 @@ class PiecewiseConstantBasis(AbstractBasis):
     def contains(self, other):
         if isinstance(other, PiecewiseConstantBasis):
             return self.num_pieces % other.num_pieces == 0
-        return isinstance(other, LegendreBasis) and other.max_degree == 0
+        return _is_constants(other)
 
 
 class PiecewiseLinearBasis(AbstractBasis):
@@ -235,9 +243,7 @@ class PiecewiseLinearBasis(AbstractBasis):
         if isinstance(other, PiecewiseLinearBasis):
             f, r = divmod(self.num_pieces, other.num_pieces)
             return r == 0 and f % 2 == 1  # odd factors keep the old midpoints as nodes
-        if isinstance(other, PiecewiseConstantBasis):
-            return other.num_pieces == 1
-        return isinstance(other, LegendreBasis) and other.max_degree == 0
+        return _is_constants(other)
 
 
 class LegendreBasis(AbstractBasis):
