@@ -207,6 +207,14 @@ def _projection_matrix(source: AbstractBasis, target: AbstractBasis, t1: float, 
     return np.linalg.solve(gram, a.T @ (weights[:, None] * s))
 
 
+def _is_constants(basis: AbstractBasis) -> bool:
+    """Whether `basis` is the constants alone (one function: PC(1), PL(1), Legendre(0)), a
+    subspace of every basis."""
+    return basis.num_functions == 1 and isinstance(
+        basis, (PiecewiseConstantBasis, PiecewiseLinearBasis, LegendreBasis)
+    )
+
+
 class PiecewiseConstantBasis(AbstractBasis):
     """Indicators of `num_pieces` equal pieces of `[0, T]`: a network's layers
     (`wb.PiecewiseConstant`)."""
@@ -237,7 +245,7 @@ class PiecewiseConstantBasis(AbstractBasis):
     def contains(self, other):
         if isinstance(other, PiecewiseConstantBasis):
             return self.num_pieces % other.num_pieces == 0
-        return isinstance(other, LegendreBasis) and other.max_degree == 0
+        return _is_constants(other)
 
 
 class PiecewiseLinearBasis(AbstractBasis):
@@ -279,9 +287,7 @@ class PiecewiseLinearBasis(AbstractBasis):
         if isinstance(other, PiecewiseLinearBasis):
             f, r = divmod(self.num_pieces, other.num_pieces)
             return r == 0 and f % 2 == 1  # odd factors keep the old midpoints as nodes
-        if isinstance(other, PiecewiseConstantBasis):
-            return other.num_pieces == 1
-        return isinstance(other, LegendreBasis) and other.max_degree == 0
+        return _is_constants(other)
 
 
 class LegendreBasis(AbstractBasis):
@@ -380,8 +386,12 @@ class Legendre(AbstractControl):
         return self
 
     def evaluate(self, t) -> PyTree:
+        """θ(t), the polynomial itself at every `t`, also just outside `[0, T]`: Yoshida4's
+        clock leaves the step (to `t − 0.35τ` in the first, `T + 0.35τ` in the last), and the
+        polynomial continues θ smoothly there, where a value held constant past the ends would
+        be a kink that brings Yoshida4 down to order 2."""
         x = 2 * jnp.asarray(t) / self.piece_length - 1
-        phi = _legendre_values(jnp.clip(x, -1.0, 1.0), self.num_functions, jnp)
+        phi = _legendre_values(x, self.num_functions, jnp)
         return _at(phi, self.values)
 
     def coarsen(self, factor: int) -> "Legendre":
@@ -401,6 +411,7 @@ class Legendre(AbstractControl):
     def coarsen_transpose(self, factor: int) -> "Legendre":
         """The adjoint of `coarsen(factor)` on a direction shaped like the coarse control:
         zeros appended up to `factor · n` coefficients."""
+        factor = _check_factor(factor)
         n = self.num_functions
 
         def pad(x):

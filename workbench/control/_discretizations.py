@@ -160,7 +160,9 @@ class MultiResolution(AbstractTrainingDiscretization):
       `coarsen`), positive, summing to 1 (default: uniform).
     - `scheme`: the splitting scheme of every draw, or None for the model's own.
     - `coarsen`: depth factors of coarse-basis draws (distinct integers ≥ 2, each dividing the
-      model's layer count; piecewise-constant controls), or `()` for none.
+      model's number of basis functions: its layers, or its `wb.Legendre` coefficients, whose
+      coarse draw keeps the first `n / f` and takes `1 / f` of the model's own steps over
+      `[0, T]`), or `()` for none.
 
     ```python
     step = wbc.TrainStep(optimizer, discretization=wbc.MultiResolution((1, 2, 4)))
