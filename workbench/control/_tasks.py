@@ -208,17 +208,18 @@ def mnist5000(seed: int = 0, *, test_fraction: float = 0.25) -> Task:
 @functools.cache
 def random_shift(max_shift: int = 1):
     """An augmentation: shift each image of a batch `(B, H, W)` by a random whole number of
-    pixels in `[-max_shift, max_shift]` along each axis, filling with zeros. (One function per
+    pixels in `[-max_shift, max_shift]` along each axis longer than one pixel, filling with
+    zeros (a one-row signal `(B, 1, W)` moves along its row only). (One function per
     `max_shift`: two calls give the same one, so training steps made with either compare equal
     and share their compiled program.)"""
 
     def augment(key, images):
         b, h, w = images.shape
         k1, k2 = jax.random.split(key)
-        dy = jax.random.randint(k1, (b,), 0, 2 * max_shift + 1)
+        my, m = (max_shift if h > 1 else 0), max_shift
+        dy = jax.random.randint(k1, (b,), 0, 2 * my + 1)
         dx = jax.random.randint(k2, (b,), 0, 2 * max_shift + 1)
-        m = max_shift
-        padded = jnp.pad(images, ((0, 0), (m, m), (m, m)))
+        padded = jnp.pad(images, ((0, 0), (my, my), (m, m)))
         crop = lambda im, i, j: jax.lax.dynamic_slice(im, (i, j), (h, w))
         return jax.vmap(crop)(padded, dy, dx)
 

@@ -36,6 +36,8 @@ from .recipe import (
     CONTROLS as CONTROLS,
     DEPTH as DEPTH,
     GRADIENTS as GRADIENTS,
+    NESTED as NESTED,
+    ONE_PIECE as ONE_PIECE,
     OPTIMIZERS as OPTIMIZERS,
     activation as activation,
     check_coarsen as check_coarsen,

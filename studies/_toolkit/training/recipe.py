@@ -275,6 +275,7 @@ def digits_model(
     the class token."""
     k1, k2 = jax.random.split(key)
     padding = kernel_size // 2 if stride == 1 else 0
+    k2, k3 = jax.random.split(k2) if basis == "hypernetwork" else (k2, None)
     return wbc.ControlledModel(
         wbc.PatchEmbedding(
             image_shape, config.d, kernel_size=kernel_size, stride=stride, padding=padding, key=k1
@@ -288,21 +289,28 @@ def digits_model(
             activation=activation(config),
             scheme=scheme,
             steps_per_layer=steps_per_layer,
-            basis=BASES[basis](config.num_layers),
+            basis=BASES[basis](config.num_layers, k3),
         ),
         wbc.ClassifierHead(config.d, 10),
     )
 
 
 BASES = {
-    "layers": lambda num_layers: None,
-    "legendre": lambda num_layers: wb.LegendreBasis(num_layers - 1),
-    "interpolated": lambda num_layers: wb.PiecewiseLinearBasis(num_layers),
+    "layers": lambda num_layers, key: None,
+    "legendre": lambda num_layers, key: wb.LegendreBasis(num_layers - 1),
+    "interpolated": lambda num_layers, key: wb.PiecewiseLinearBasis(num_layers),
+    "hypernetwork": lambda num_layers, key: wb.HypernetworkBasis(num_layers, key=key),
 }
-"""The controls' basis by the config's `basis`, for `num_layers` layers' worth of parameters:
-a network's layers (piecewise constant), Legendre polynomials of degree `num_layers − 1` on
-`[0, num_layers]` (one piece: smooth in depth, any step count, steps over the whole depth),
-or piecewise linear through the layer midpoints."""
+"""The controls' basis by the config's `basis`, for `num_layers` layers' worth of parameters
+(`key`: the learned basis's initialization): a network's layers (piecewise constant), Legendre
+polynomials of degree `num_layers − 1` on `[0, num_layers]` (one piece: smooth in depth, any
+step count, steps over the whole depth), piecewise linear through the layer midpoints, or
+`num_layers` banks mixed by a small network of t (`wb.HypernetworkBasis`, one piece)."""
+ONE_PIECE = ("legendre", "hypernetwork")
+"""The bases whose controls are one piece over the whole depth: their steps count over all of
+`[0, T]`."""
+NESTED = ("layers", "legendre")
+"""The bases with a nested coarser basis (coarse-basis draws, `coarsen_depth`)."""
 
 
 CONTROLS = ("interpolated", "piecewise")
