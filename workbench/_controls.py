@@ -135,9 +135,13 @@ class PiecewiseConstant(AbstractControl):
     def localize(self, piece) -> "Constant":
         return Constant(self.piece(piece))
 
+    def piece_index(self, t):
+        """The layer that acts at time `t`: `⌊t / h⌋` clipped to `[0, L − 1]`, computed in the
+        dtype of `t` (which decides the layer of the floats next to a boundary `l h`)."""
+        return jnp.clip(jnp.floor(t / self.piece_length), 0, self.num_pieces - 1).astype(int)
+
     def evaluate(self, t) -> PyTree:
-        i = jnp.clip(jnp.floor(t / self.piece_length), 0, self.num_pieces - 1).astype(int)
-        return self.piece(i)
+        return self.piece(self.piece_index(t))
 
     def refine(self, factor: int) -> "PiecewiseConstant":
         """The same θ(t) on `factor` times as many pieces of length `h / factor` (every value

@@ -113,7 +113,12 @@ def integrate(
     (`Natural()` for pre-norm, the default; `Projected()` — the projected ODE, the default for
     post-norm — or `Penalty(ε)`), with fixed steps (`num_steps`) or adaptive ones
     (`stepsize_controller=diffrax.PIDController(...)`). Piecewise-constant controls jump at layer
-    boundaries, so the solver restarts on every layer (a scan over layers).
+    boundaries: fixed steps restart the solver on every layer (a scan over layers); an adaptive
+    solve is one over `[0, T]` with the layer starts declared as jumps
+    (`diffrax.ClipStepSizeController(jump_ts=...)`, at the first float of each layer as the
+    controls read time), so no step crosses one and the step size carries across. Continuous
+    controls (`Interpolated`, `Legendre`) are one solve either way. `stats["num_evaluations"]`
+    counts the field evaluations, rejected steps and first-same-as-last restarts included.
 
     **Arguments:**
 
@@ -134,8 +139,12 @@ def integrate(
     - `stepsize_controller`: diffrax only: an adaptive controller (instead of `num_steps`).
     - `formulation`: diffrax only: `None` (automatic), `Natural()`, `Projected()`,
       `Penalty(epsilon)`.
-    - `dt0`: diffrax only: the initial step of an adaptive solve (`None`: diffrax's guess).
-    - `max_steps`: diffrax only: the most steps per layer.
+    - `dt0`: diffrax only: the initial step of an adaptive solve (`None`: diffrax's choice,
+      which for these terms is a fixed 0.01: diffrax 0.7 estimates a first step only for a
+      bare `ODETerm`, and `diffeqsolve` wraps its terms; a layer, `equation.piece_length`, is
+      the natural first try).
+    - `max_steps`: diffrax only: the most steps of one `diffeqsolve`: per layer for fixed steps
+      on piecewise-constant controls, over `[0, T]` otherwise (adaptive solves included).
     - `mask`: optional key-padding mask `(n,)`: True (or integer 1) = attend to the token,
       False (or 0) = padding — Hugging Face's `attention_mask` convention, the opposite of torch's
       `src_key_padding_mask` (pass `~mask`). Floating masks, other shapes, integers other than

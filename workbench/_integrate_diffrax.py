@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from ._checks import positive_float, positive_int
+from ._controls import PiecewiseConstant
 from ._equation import Equation
 from ._formulations import AbstractFormulation, Natural, default_formulation
 from ._solution import RESULTS, Solution
@@ -52,6 +53,137 @@ def _evaluations_per_step(solver):
     return None
 
 
+class _CountedController(diffrax.AbstractAdaptiveStepSizeController):
+    """An adaptive controller that also counts the field evaluations of every step tried.
+
+    diffrax reports steps, not evaluations, and a step's cost depends on more than the step:
+    an explicit RK solver of `s` stages evaluates the field `s` times per step tried, accepted
+    or rejected; a first-same-as-last (FSAL) one `s − 1`, plus its first stage on the first
+    step and on the first step after a declared jump (`made_jump`), again on every retry of
+    such a step (a rejected step leaves the solver state, with its flag, as it was). So the
+    count is kept here, in the one state that survives rejected steps: `fresh` is that flag
+    (diffrax's `first_step | made_jump`), `count` the evaluations so far. Choosing the first
+    step (`dt0=None`) evaluates nothing: diffrax's guess needs a bare `ODETerm`, and
+    `diffeqsolve` hands its controller wrapped terms, so it starts from a fixed 0.01. Under
+    `vmap` the count is each example's own: diffrax evaluates a first stage for the whole
+    batch when one example needs it, which costs time but changes no example's numbers."""
+
+    controller: diffrax.AbstractAdaptiveStepSizeController
+    stages: int = eqx.field(static=True)
+    fsal: bool = eqx.field(static=True)
+
+    @property
+    def rtol(self):
+        return self.controller.rtol
+
+    @property
+    def atol(self):
+        return self.controller.atol
+
+    @property
+    def norm(self):  # pyright: ignore[reportIncompatibleMethodOverride]
+        return self.controller.norm
+
+    def wrap(self, direction):
+        return eqx.tree_at(lambda c: c.controller, self, self.controller.wrap(direction))
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        t1, inner = self.controller.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return t1, (inner, jnp.array(True), jnp.array(0))
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        inner, fresh, count = state
+        keep, next_t0, next_t1, made_jump, inner, result = self.controller.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, inner
+        )
+        if self.fsal:
+            count = count + (self.stages - 1) + fresh.astype(count.dtype)
+            fresh = jnp.where(keep, made_jump, fresh)
+        else:
+            count = count + self.stages
+        return keep, next_t0, next_t1, made_jump, (inner, fresh, count), result
+
+
+class _StepAcrossJumps(diffrax.AbstractAdaptiveStepSizeController):
+    """An adaptive controller whose proposal survives a step shortened to reach a jump.
+
+    `ClipStepSizeController` shortens a step that would cross a jump so that it ends just
+    below it, and the controller inside scales its next step from that short step, by at most
+    `factormax` (10 for diffrax's PID): a step cut to a hundredth of its proposal leaves the
+    first step of the next layer a tenth of it, whatever the error estimates said. Placed
+    inside the clip, this wrapper lets an accepted step that ended before the end it proposed
+    keep at least the proposed length for the next step (OrdinaryDiffEq.jl restores its step
+    after a `tstop` alike); a rejected step shrinks as usual."""
+
+    controller: diffrax.AbstractAdaptiveStepSizeController
+
+    @property
+    def rtol(self):
+        return self.controller.rtol
+
+    @property
+    def atol(self):
+        return self.controller.atol
+
+    @property
+    def norm(self):  # pyright: ignore[reportIncompatibleMethodOverride]
+        return self.controller.norm
+
+    def wrap(self, direction):
+        return eqx.tree_at(lambda c: c.controller, self, self.controller.wrap(direction))
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        t1, inner = self.controller.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return t1, (inner, t1, t1 - t0)
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        inner, proposed_end, proposed = state
+        keep, next_t0, next_t1, made_jump, inner, result = self.controller.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, inner
+        )
+        # Shortened: the step ended before the end this controller gave it (compared as
+        # times, not as lengths, which round).
+        shortened = keep & (t1 < proposed_end)
+        step = jnp.where(shortened, jnp.maximum(next_t1 - next_t0, proposed), next_t1 - next_t0)
+        next_t1 = jnp.where(shortened, next_t0 + step, next_t1)
+        return keep, next_t0, next_t1, made_jump, (inner, next_t1, step), result
+
+
+def _index_control(equation: Equation) -> PiecewiseConstant | None:
+    """A `PiecewiseConstant` control of `equation` (all share the layers), or None."""
+    for control in equation._controls():
+        if isinstance(control, PiecewiseConstant):
+            return control
+    return None
+
+
+def layer_starts(control: PiecewiseConstant, dtype) -> jax.Array:
+    r"""The first float (in `dtype`) of each layer `l = 1, …, L − 1` as `control` reads time:
+    the smallest `t` with `control.piece_index(t) == l`.
+
+    These are the jumps declared to diffrax's `ClipStepSizeController`, which ends the step
+    before a jump on the float just below it and starts the next on the float just above it,
+    the jump itself never evaluated. Every stage time of a step lies in the step, and
+    `piece_index` is monotone in `t`, so with the jump on the first float of layer `l` the
+    stages before it read layer `l − 1` and those after it layer `l`. The rounded boundary
+    `fl(l h)` need not be that float: `⌊fl(t / h)⌋` can reach `l` a float before or after it
+    when `h` is not a power of two, and a step ending a float below `fl(l h)` would then meet
+    layer `l`'s weights in its last stage. The first float is found among the nine floats
+    around `fl(l h)`, in the same arithmetic as `piece_index` (the program that evaluates the
+    controls)."""
+    num = control.num_pieces
+    boundary = jnp.arange(1, num, dtype=dtype) * jnp.asarray(control.piece_length, dtype)
+    below, above = [boundary], [boundary]
+    for _ in range(4):
+        below.append(jnp.nextafter(below[-1], jnp.asarray(-jnp.inf, dtype)))
+        above.append(jnp.nextafter(above[-1], jnp.asarray(jnp.inf, dtype)))
+    candidates = jnp.stack(below[:0:-1] + above, axis=1)  # (L − 1, 9), increasing
+    layer = jnp.arange(1, num)[:, None]
+    reached = control.piece_index(candidates) >= layer
+    first = jnp.take_along_axis(candidates, jnp.argmax(reached, axis=1)[:, None], axis=1)[:, 0]
+    return jnp.where(jnp.any(reached, axis=1), first, boundary)
+
+
 def check_solver(solver, formulation: AbstractFormulation, stepsize_controller) -> None:
     """Structural checks (trace time): the solver can take this term structure and controller."""
     if isinstance(solver, ProjectedSolver):
@@ -93,15 +225,39 @@ def _solve_pieces(
     *,
     max_steps,
     restart,
+    jumps,
     pieces,
     length,
+    save_step_times=False,
 ):
     """The solve proper, jitted with the equation, solver and options as arguments (not
-    closures), so repeated calls with the same structures reuse one compilation."""
+    closures), so repeated calls with the same structures reuse one compilation.
+
+    `restart`: one `diffeqsolve` per layer (a scan over `pieces` layers, each with its own
+    controls); otherwise one over `[0, T]` (`pieces == 1`), and with `jumps` the layer starts
+    are declared to the step-size controller (`ClipStepSizeController(jump_ts=...)`). An
+    adaptive controller of an explicit RK solver is wrapped in `_CountedController`, which
+    counts the evaluations. Returns `(u1, stats, codes, reached, step_times)`: per piece the
+    steps (all, accepted, rejected) and evaluations (`-1`: not counted here), the result code
+    and the time the solve reached (`t1` on success), and the accepted steps' end times of a
+    one-piece solve padded with `inf` to `max_steps` (when `save_step_times`, else None)."""
     dtype = u0.dtype
     imex = _is_imex(solver)
     runner = formulation.solver(equation, solver)
     u_start = formulation.initial(equation, u0)
+    adaptive = isinstance(controller, diffrax.AbstractAdaptiveStepSizeController)
+    if adaptive and jumps:
+        starts = layer_starts(_index_control(equation), dtype)
+        controller = diffrax.ClipStepSizeController(_StepAcrossJumps(controller), jump_ts=starts)
+    per_step = _evaluations_per_step(solver)
+    counted = adaptive and per_step is not None
+    if counted:
+        stages, restart_cost = per_step
+        controller = _CountedController(controller, stages + restart_cost, restart_cost == 1)
+    subs = diffrax.SubSaveAt(t1=True)
+    if save_step_times:
+        subs = (subs, diffrax.SubSaveAt(steps=True, fn=lambda t, y, args: t))
+    saveat = diffrax.SaveAt(subs=subs, controller_state=counted)
 
     def solve_piece(u, piece):
         local = equation.localize(piece) if restart else equation
@@ -114,23 +270,28 @@ def _solve_pieces(
             step,
             u,
             stepsize_controller=controller,
-            saveat=diffrax.SaveAt(t1=True),
+            saveat=saveat,
             max_steps=max_steps,
             throw=False,
             args=(local, mask),
             **({} if adjoint is None else {"adjoint": adjoint}),
         )
+        ts, ys = (sol.ts[0], sol.ys[0]) if save_step_times else (sol.ts, sol.ys)
+        num_steps = sol.stats["num_steps"]
+        evaluations = sol.controller_state[2] if counted else jnp.full_like(num_steps, -1)
         stats = jnp.stack(
             [
-                sol.stats["num_steps"],
+                num_steps,
                 sol.stats["num_accepted_steps"],
                 sol.stats["num_rejected_steps"],
+                evaluations.astype(num_steps.dtype),
             ]
         )
-        return sol.ys[-1], (stats, _result(sol.result))
+        times = sol.ts[1] if save_step_times else None
+        return ys[-1], (stats, _result(sol.result), ts[-1], times)
 
-    u1, (stats, codes) = jax.lax.scan(solve_piece, u_start, jnp.arange(pieces))
-    return u1, stats, codes
+    u1, (stats, codes, reached, times) = jax.lax.scan(solve_piece, u_start, jnp.arange(pieces))
+    return u1, stats, codes, reached, None if times is None else times[0]
 
 
 @eqx.filter_jit
@@ -208,8 +369,11 @@ def integrate_diffrax(
     throw: bool,
     u0_name: str,
     adjoint=None,
+    save_step_times: bool = False,
 ):
-    """See `workbench.integrate` (the diffrax path)."""
+    """See `workbench.integrate` (the diffrax path). `save_step_times` (an adaptive solve
+    over `[0, T]` only): `Solution.ts` holds the accepted steps' end times, padded with `inf` to
+    `max_steps` entries (diffrax's `SaveAt(steps=True)`)."""
     if adjoint is not None and not isinstance(adjoint, diffrax.AbstractAdjoint):
         raise ValueError(
             f"adjoint={adjoint!r} does not apply to a diffrax solver; pass a diffrax adjoint: "
@@ -262,13 +426,24 @@ def integrate_diffrax(
                 )
     check_solver(solver, formulation, controller)
 
-    # Piecewise-constant controls jump at layer boundaries: restart the solver on every layer
-    # (a scan over layers); continuous controls are solved in one go.
-    restart = equation.is_piecewise_constant
+    # Piecewise-constant controls jump at layer boundaries. Fixed steps restart the solver on
+    # every layer (a scan over layers): a step never straddles a jump, and one step per layer
+    # is the layer's own step. An adaptive solve is one `diffeqsolve` over [0, T] with the
+    # layer starts declared as jumps: the controller steps up to each and restarts the FSAL
+    # stage after it, and carries its step size across (a restart per layer would try `dt0`
+    # again on every layer). Continuous controls are solved in one go either way.
+    piecewise = equation.is_piecewise_constant and equation.num_pieces > 1
+    declared = piecewise and not fixed and _index_control(equation) is not None
+    restart = piecewise and not declared
     pieces = equation.num_pieces if restart else 1
     length = equation.piece_length if restart else equation.t1
     dtype = u0.dtype
     traced = isinstance(num_steps, jax.core.Tracer)
+    if save_step_times and (fixed or restart):
+        raise ValueError(
+            "save_step_times=True needs an adaptive solve over [0, T] (the step times of a "
+            "fixed-step solve are its uniform grid)."
+        )
     if fixed:
         if not traced:
             positive_int("num_steps", num_steps)
@@ -287,6 +462,7 @@ def integrate_diffrax(
     else:
         step = None if dt0 is None else jnp.asarray(dt0, dtype)
 
+    times = None
     if fixed and traced and adjoint is None and _is_explicit(solver):
         u1, stats, codes, first_bad, invalid = _fixed_steps_forward(
             equation,
@@ -300,6 +476,7 @@ def integrate_diffrax(
             pieces=pieces,
             length=length,
         )
+        failed_at = None
         if throw:
             u1 = eqx.error_if(
                 u1,
@@ -307,7 +484,7 @@ def integrate_diffrax(
                 f"integrate: num_steps must be a multiple of the number of layers ({pieces}).",
             )
     else:
-        u1, stats, codes = _solve_pieces(
+        u1, stats, codes, reached, times = _solve_pieces(
             equation,
             u0,
             solver,
@@ -318,23 +495,32 @@ def integrate_diffrax(
             adjoint,
             max_steps=max_steps,
             restart=restart,
+            jumps=declared,
             pieces=pieces,
             length=length,
+            save_step_times=save_step_times,
         )
         first_bad = None
+        # A solve over [0, T] names the layer (piece) of the time it reached.
+        failed_at = None if restart else _piece_at(equation, reached[0], declared)
     totals = stats.sum(axis=0)
     failed = codes != RESULTS.successful
-    first_failed = jnp.where(jnp.any(failed), jnp.argmax(failed), -1)
+    if failed_at is None:
+        first_failed = jnp.where(jnp.any(failed), jnp.argmax(failed), -1)
+    else:
+        first_failed = jnp.where(failed[0], failed_at, -1)
     nonfinite = ~jnp.all(jnp.isfinite(u1))
     if throw:
         input_bad = ~jnp.all(jnp.isfinite(u0))
-        where = "layer" if restart else "solve"
+        solve = "the diffrax solve" + ("" if restart else f" over t in [0, {equation.t1:.6g}]")
+        unit = "layer" if equation.is_piecewise_constant else "piece"
+        h = equation.piece_length
         messages = [f"integrate: the initial state {u0_name} contains NaN or inf."] + [
-            f"integrate({type(solver).__name__}): the diffrax solve failed on {where} {i} "
-            f"(t in [{i * length:.6g}, {(i + 1) * length:.6g}]): max_steps={max_steps} reached, "
-            "a NaN/inf, or a failed implicit solve. Raise max_steps, loosen the tolerances, or "
-            "pass throw=False and read Solution.result / Solution.stats."
-            for i in range(pieces)
+            f"integrate({type(solver).__name__}): {solve} failed on {unit} {i} (t in "
+            f"[{i * h:.6g}, {(i + 1) * h:.6g}]): max_steps={max_steps} reached, a NaN/inf, or "
+            "a failed implicit solve. Raise max_steps, loosen the tolerances, or pass "
+            "throw=False and read Solution.result / Solution.stats."
+            for i in range(equation.num_pieces)
         ]
         branch = jnp.where(input_bad, 0, jnp.maximum(first_failed, 0) + 1)
         u1 = eqx.branched_error_if(
@@ -342,11 +528,11 @@ def integrate_diffrax(
         )
     per_step = _evaluations_per_step(solver)
     steps = totals[0]
-    if per_step is None:
-        evaluations = jnp.asarray(-1, steps.dtype)
-    else:
+    if fixed and per_step is not None:
         evaluations = steps * per_step[0] + pieces * per_step[1]
-    at_failure = jax.tree.map(lambda v: v[jnp.maximum(first_failed, 0)], codes)
+    else:  # counted during the solve (-1: not an explicit RK solver)
+        evaluations = totals[3] if per_step is not None else jnp.asarray(-1, steps.dtype)
+    at_failure = jax.tree.map(lambda v: v[jnp.argmax(failed)], codes)
     result = RESULTS.where(
         first_failed >= 0,
         at_failure,
@@ -355,7 +541,7 @@ def integrate_diffrax(
     return Solution(
         u1=u1,
         y=equation.output_map(u1),
-        ts=None,
+        ts=times,
         us=None,
         num_steps=None,
         num_evaluations=None,
@@ -371,6 +557,15 @@ def integrate_diffrax(
             "failed_piece": first_failed,
         },
     )
+
+
+def _piece_at(equation: Equation, t, declared: bool):
+    """The piece (layer) of `equation` at time `t`: as its piecewise-constant controls read
+    time when their jumps were declared, else `⌊t / h⌋` clipped."""
+    if declared:
+        return _index_control(equation).piece_index(t)
+    h = jnp.asarray(equation.piece_length, t.dtype)
+    return jnp.clip(jnp.floor(t / h), 0, equation.num_pieces - 1).astype(int)
 
 
 def _result(diffrax_result) -> RESULTS:

@@ -85,8 +85,8 @@ class Solution(eqx.Module):
       per batch entry.
     - `stats`: run-time statistics as arrays: `num_steps`, `num_evaluations` (splitting and
       diffrax; `-1` where unknown, e.g. implicit solvers' Newton iterations), and for diffrax
-      `num_accepted_steps`, `num_rejected_steps` and `failed_piece` (first layer whose solve
-      failed, −1).
+      `num_accepted_steps`, `num_rejected_steps` and `failed_piece` (the layer where the solve
+      failed: the first failed layer's solve, or the layer a solve over `[0, T]` stopped in; −1).
     - `running_cost`: the running cost `∫ L dt` summed along the solve when `integrate` was
       given a `running_cost` (else `None`).
     """

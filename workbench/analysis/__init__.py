@@ -4,6 +4,7 @@ and paired comparisons of accuracies on the same examples.
 The public API is re-exported here; submodules starting with `_` are private.
 """
 
+from ._adaptive import adaptive_steps as adaptive_steps
 from ._convergence import (
     Ladder as Ladder,
     Reference as Reference,

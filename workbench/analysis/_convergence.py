@@ -47,8 +47,8 @@ def reference_solution(
     max_steps: int = 10**6,
 ) -> Reference:
     """Dopri8 with fixed steps (`steps_per_layer` per layer) and a Richardson check at half; or,
-    given `rtol`, adaptive Dopri8 (PID controller, `rtol = atol`, at most `max_steps` steps per
-    layer) checked against `10 rtol` (one compilation for both)."""
+    given `rtol`, adaptive Dopri8 (PID controller, `rtol = atol`, at most `max_steps` steps over
+    `[0, T]`) checked against `10 rtol` (one compilation for both)."""
     if rtol is not None:
         number_in_range("rtol", rtol, 0, 1, numpy_scalars=False)
         kwargs = {} if formulation is None else {"formulation": formulation}

@@ -2,6 +2,7 @@
 the same equation, and the `continuous-depth` study's verdict, config checks and numbers."""
 
 import dataclasses
+import time
 
 import diffrax
 import equinox as eqx
@@ -145,6 +146,120 @@ def test_adaptive_accuracy_rejects_bad_input_naming_it(getkey, rng):
         wbc.adaptive_accuracy(m, data, solver=diffrax.Euler())
     with pytest.raises(ValueError, match="model must be a ControlledModel"):
         wbc.adaptive_accuracy(m.transformer, data)
+
+
+def _alone(model, xs, **kwargs):
+    """Logits, steps and success of each example solved alone (unbatched) by Bosh3 with
+    `adaptive_accuracy`'s controller and first step."""
+    eq = model.transformer.equation
+    out = []
+    for x in xs:
+        sol = wb.integrate(
+            eq,
+            model.embedding(jnp.asarray(x)),
+            diffrax.Bosh3(),
+            dt0=eq.piece_length,
+            throw=False,
+            **kwargs,
+        )
+        out.append(
+            (
+                np.asarray(model.head(sol.y)),
+                int(sol.stats["num_steps"]),
+                bool(sol.result == wb.RESULTS.successful),
+            )
+        )
+    logits, steps, ok = zip(*out)
+    return np.stack(logits), np.asarray(steps), np.asarray(ok)
+
+
+def test_an_example_past_max_steps_or_non_finite_is_named_and_changes_nothing_else(getkey, rng):
+    """With `max_steps` the median of the steps the examples need (counted one by one), the
+    examples that need more are `failed_examples`, exactly; the others keep their evaluations
+    and the accuracy counts the failed ones wrong. An example with a NaN pixel fails alone:
+    its index is reported and nothing is raised."""
+    m, data = _model(getkey), tiny_data(rng, n=12)
+    pid = diffrax.PIDController(rtol=1e-6, atol=1e-6)
+    logits, steps, ok = _alone(m, data.inputs, stepsize_controller=pid, max_steps=4096)
+    assert ok.all()
+    full = wbc.adaptive_accuracy(m, data, rtol=1e-6, atol=1e-6, max_steps=4096)
+    assert full.failed == 0 and full.failed_examples.size == 0
+    cap = int(np.median(steps))
+    over = np.flatnonzero(steps > cap)
+    assert 0 < len(over) < len(data)
+    capped = wbc.adaptive_accuracy(m, data, rtol=1e-6, atol=1e-6, max_steps=cap)
+    np.testing.assert_array_equal(capped.failed_examples, over)
+    assert capped.failed == len(over)
+    kept = np.setdiff1d(np.arange(len(data)), over)
+    np.testing.assert_array_equal(capped.evaluations[kept], full.evaluations[kept])
+    right = np.argmax(logits, -1) == data.targets
+    assert capped.accuracy == pytest.approx(np.mean(right & (steps <= cap)), abs=1e-12)
+    assert full.accuracy == pytest.approx(np.mean(right), abs=1e-12)
+
+    inputs = data.inputs.copy()
+    inputs[5, 0, 0] = np.nan
+    broken = wbc.adaptive_accuracy(
+        m, wbc.Dataset(inputs, data.targets), rtol=1e-6, atol=1e-6, max_steps=64
+    )
+    np.testing.assert_array_equal(broken.failed_examples, [5])
+    others = np.arange(len(data)) != 5
+    np.testing.assert_array_equal(broken.evaluations[others], full.evaluations[others])
+    assert broken.accuracy == pytest.approx(np.mean(right & others), abs=1e-12)
+    assert broken.to_dict()["failed_examples"] == [5]
+
+
+def test_adaptive_accuracy_in_a_smooth_basis_steps_across_the_depth(getkey, rng):
+    """A Legendre model (one piece over [0, T], no jumps): at a loose tolerance the first step
+    tried, the whole depth, is accepted: 4 Bosh3 evaluations and the predictions of the fixed
+    one-step Bosh3 solve; from `dt0 = T / 2` two steps (the second FSAL: 4 + 3 evaluations),
+    those of the fixed two-step solve. The time is measured apart from the compilation."""
+    m = _model(getkey)
+    leg = wbc.ControlledModel(m.embedding, wb.to_basis(m.transformer, wb.LegendreBasis(1)), m.head)
+    data = tiny_data(rng, n=16)
+    T = leg.transformer.equation.t1
+    start = time.perf_counter()
+    whole = wbc.adaptive_accuracy(leg, data, rtol=1e3, atol=1e3)
+    wall = time.perf_counter() - start
+    assert whole.dt0 == T == 2.0
+    np.testing.assert_array_equal(whole.evaluations, np.full(16, 4))
+    assert whole.accuracy == _accuracy(
+        _fixed_logits(leg, data.inputs, diffrax.Bosh3(), 1), data.targets
+    )
+    half = wbc.adaptive_accuracy(leg, data, rtol=1e3, atol=1e3, dt0=T / 2)
+    assert half.dt0 == T / 2
+    np.testing.assert_array_equal(half.evaluations, np.full(16, 7))
+    assert half.accuracy == _accuracy(
+        _fixed_logits(leg, data.inputs, diffrax.Bosh3(), 2), data.targets
+    )
+    # the parts of the call's time
+    assert whole.compile_seconds > 0 and whole.seconds_per_example > 0
+    assert whole.compile_seconds + 16 * whole.seconds_per_example <= wall
+
+
+def test_adaptive_steps_are_the_solves_steps(getkey, rng):
+    """`wb.analysis.adaptive_steps` of one example: the step times increase from 0 to T, the
+    sizes sum to T, the accepted steps are the solve's (`Solution.stats`) and its evaluations
+    are those `adaptive_accuracy` reports for the example; network layers and Legendre."""
+    m, data = _model(getkey), tiny_data(rng, n=1)
+    leg = wbc.ControlledModel(m.embedding, wb.to_basis(m.transformer, wb.LegendreBasis(1)), m.head)
+    for model in (m, leg):
+        eq = model.transformer.equation
+        u0 = model.embedding(jnp.asarray(data.inputs[0]))
+        s = wb.analysis.adaptive_steps(eq, u0, rtol=1e-6, atol=1e-6)
+        assert s.times[0] == 0.0 and s.times[-1] == eq.t1
+        assert np.all(np.diff(s.times) > 0) and len(s.times) == s.accepted + 1
+        assert np.sum(s.sizes) == pytest.approx(eq.t1, rel=1e-14)
+        sol = wb.integrate(
+            eq,
+            u0,
+            diffrax.Bosh3(),
+            stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6),
+            dt0=eq.piece_length,
+        )
+        assert s.accepted == int(sol.stats["num_accepted_steps"]) > 2
+        assert s.rejected == int(sol.stats["num_rejected_steps"])
+        out = wbc.adaptive_accuracy(model, data, rtol=1e-6, atol=1e-6)
+        assert s.evaluations == int(out.evaluations[0]) == int(sol.stats["num_evaluations"])
 
 
 # --------------------------------------------------------------------------------------------

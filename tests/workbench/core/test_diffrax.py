@@ -349,3 +349,154 @@ def test_vmap_over_inputs_equals_a_loop_with_throw_false(pre_norm):
         assert int(batched.stats["failed_piece"][i]) == -1
         assert one.result == wb.RESULTS.successful
     np.testing.assert_array_equal(batched.result == wb.RESULTS.successful, [True, True])
+
+
+# --------------------------------------------------------------------------------------------
+# Adaptive solves over the whole depth: declared jumps, counted evaluations
+
+
+_CALLS = []
+
+
+class _CountedNatural(wb.AbstractFormulation):
+    """`Natural()` whose field calls back to Python on every evaluation: the counter that
+    `Solution.stats["num_evaluations"]` is checked against."""
+
+    def check(self, equation):
+        wb.Natural().check(equation)
+
+    def terms(self, equation, mask, *, imex):
+        def field(t, u, args):
+            eq, m = args
+            jax.debug.callback(lambda: _CALLS.append(None))
+            return eq.vector_field(t, u, m)
+
+        return diffrax.ODETerm(field)
+
+
+@pytest.fixture(scope="module")
+def three_bases():
+    """One pre-norm 3-layer model in three bases: its layers (piecewise constant, jumps at
+    t = 1, 2), piecewise linear through them, and their projection on Legendre degree ≤ 2."""
+    import workbench.control as wbc
+
+    m = wbc.random_transformer(
+        jax.random.PRNGKey(3),
+        d=8,
+        num_heads=2,
+        num_layers=3,
+        hidden=12,
+        output_scale=1.0,
+        dtype=jnp.float64,
+    )
+    u0 = jax.random.normal(jax.random.PRNGKey(4), (5, 8), jnp.float64)
+    equations = {
+        "piecewise": m.equation,
+        "interpolated": wbc.interpolate_controls(m).equation,
+        "legendre": wb.to_basis(m, wb.LegendreBasis(2)).equation,
+    }
+    return equations, u0
+
+
+@pytest.mark.parametrize("basis", ["piecewise", "interpolated", "legendre"])
+@pytest.mark.parametrize(
+    "solver", [diffrax.Bosh3(), diffrax.Heun(), diffrax.Tsit5()], ids=lambda s: type(s).__name__
+)
+def test_reported_evaluations_are_the_field_calls(three_bases, basis, solver):
+    """`stats["num_evaluations"]` equals a counter of the field's calls (a call back to Python
+    per evaluation, one unbatched solve), exactly: fixed steps; adaptive with diffrax's first
+    step (`dt0=None`, which evaluates nothing: see `_CountedController`); and adaptive from a
+    first step of the whole depth, which is rejected and retried (a first-same-as-last solver
+    evaluates its first stage on every retry of a first step, and again after every declared
+    jump of the piecewise-constant controls)."""
+    equations, u0 = three_bases
+    equation = equations[basis]
+    pid = diffrax.PIDController(rtol=1e-6, atol=1e-6)
+    runs = {
+        "fixed": {"num_steps": 6},
+        "adaptive": {"stepsize_controller": pid},
+        "adaptive, dt0 = T": {"stepsize_controller": pid, "dt0": 3.0},
+    }
+    for name, kwargs in runs.items():
+        _CALLS.clear()
+        sol = wb.integrate(equation, u0, solver, formulation=_CountedNatural(), **kwargs)
+        jax.effects_barrier()
+        assert int(sol.stats["num_evaluations"]) == len(_CALLS) > 0, name
+    # The last run exercised the retries: its first step (all of [0, T], clipped to the first
+    # layer where the controls jump) was rejected at least once.
+    assert int(sol.stats["num_rejected_steps"]) >= 1
+    if basis == "piecewise" and not isinstance(solver, diffrax.Heun):  # FSAL, jumps restart
+        steps, s = int(sol.stats["num_steps"]), solver.tableau.num_stages
+        assert len(_CALLS) >= (s - 1) * steps + 3  # the first stage at 0, 1⁺ and 2⁺
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64], ids=["float32", "float64"])
+def test_declared_jumps_are_the_first_float_of_each_layer(dtype):
+    """`layer_starts` gives, for each boundary `l h`, the float at which the controls' own
+    `piece_index` turns to `l`: the float below it reads layer `l − 1`. The rounded `fl(l h)`
+    is not that float for some boundaries of these `h` (so the test can tell them apart), and
+    a step that ended below it could evaluate the next layer's weights."""
+    from workbench._integrate_diffrax import layer_starts
+
+    lower = lambda t: jnp.nextafter(t, jnp.asarray(-jnp.inf, dtype))
+    misplaced = 0
+    for h in (0.1, 0.3, 1 / 3, 0.7, 1.1, 2 / 7):
+        control = wb.PiecewiseConstant({"w": jnp.zeros((40, 2), dtype)}, h)
+        layers = np.arange(1, 40)
+        starts = jax.jit(lambda: layer_starts(control, dtype))()
+        index = jax.jit(lambda t: control.piece_index(t))
+        assert starts.dtype == dtype
+        np.testing.assert_array_equal(index(starts), layers)
+        np.testing.assert_array_equal(index(lower(starts)), layers - 1)
+        rounded = jnp.arange(1, 40, dtype=dtype) * jnp.asarray(h, dtype)
+        misplaced += int(jnp.sum(index(lower(rounded)) != layers - 1))
+        misplaced += int(jnp.sum(index(jnp.nextafter(rounded, jnp.inf)) != layers))
+        ulps = np.abs(np.asarray(starts) - np.asarray(rounded)) / np.spacing(np.asarray(rounded))
+        assert ulps.max() <= 2
+    assert misplaced > 0
+
+
+def test_one_adaptive_solve_steps_to_every_jump_and_matches_the_layers(three_bases):
+    """Layers of length h = 0.3 (not a power of two): the adaptive solve over [0, T] ends a
+    step next to every layer start (the jumps were declared) and matches a
+    layer-by-layer Dopri8 solve of 64 steps per layer to 1e-8 at tolerance 1e-10; a NaN in
+    layer 1's weights fails the solve in layer 1, reported there (value and message)."""
+    from workbench._integrate_diffrax import layer_starts
+
+    equations, u0 = three_bases
+    eq = equations["piecewise"]
+    h = 0.3
+    ops = tuple(
+        wb.Operator(
+            wb.PiecewiseConstant(op.term.values, h),
+            None if op.projection is None else wb.PiecewiseConstant(op.projection.values, h),
+        )
+        for op in eq.operators
+    )
+    eq = wb.Equation(ops, eq.placement, eq.output)
+    ref = wb.integrate(eq, u0, diffrax.Dopri8(), num_steps=3 * 64).u1
+    pid = diffrax.PIDController(rtol=1e-10, atol=1e-10)
+    sol = wb.integrate(eq, u0, diffrax.Tsit5(), stepsize_controller=pid, dt0=h)
+    assert float(jnp.max(jnp.abs(sol.u1 - ref))) < 1e-8
+    steps = wb.analysis.adaptive_steps(eq, u0, solver=diffrax.Tsit5(), rtol=1e-10, atol=1e-10)
+    # diffrax records a step that ends below a jump at the float above it, where the next
+    # step starts
+    above = jnp.nextafter(layer_starts(eq.operators[0].term, jnp.float64), jnp.inf)
+    assert set(np.asarray(above).tolist()) <= set(steps.times.tolist())
+    assert steps.accepted == int(sol.stats["num_accepted_steps"])
+
+    values = eq.operators[0].term.values
+    broken = eqx.tree_at(
+        lambda e: e.operators[0].term.values.output_bias,
+        eq,
+        values.output_bias.at[1, 0].set(jnp.nan),
+    )
+    failed = wb.integrate(
+        broken, u0, diffrax.Tsit5(), stepsize_controller=pid, max_steps=64, throw=False
+    )
+    assert failed.result == wb.RESULTS.max_steps_reached
+    assert int(failed.stats["failed_piece"]) == 1
+    with pytest.raises(
+        eqx.EquinoxRuntimeError, match=r"over t in \[0, 0.9\] failed on layer 1 \(t in \[0.3, 0.6\]"
+    ):
+        wb.integrate(broken, u0, diffrax.Tsit5(), stepsize_controller=pid, max_steps=64)
