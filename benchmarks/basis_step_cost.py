@@ -26,10 +26,11 @@ compile, reported apart). Then `warmup` untimed steps of each, then `rounds` rou
 times `steps_per_round` consecutive steps of the piecewise-constant and of the Legendre step of
 one scheme, then of the other scheme, the order within each pair alternating from round to round
 (so that drift in machine load falls on both). Reported per variant: the median, IQR, min of
-the seconds per step over rounds; per scheme **the ratio Legendre / piecewise-constant** of the
+the seconds per step over rounds (wall clock, and this process's CPU time, which other
+processes' load disturbs less); per scheme **the ratio Legendre / piecewise-constant** of the
 medians, and the per-round ratios (paired, consecutive measurements) with their median,
-quartiles, min and max — the spread. The share of the CPUs other processes used is recorded per
-round (`other_load`); the machine is shared, and a high share means contended numbers.
+quartiles, min and max — the spread — and the same per-round ratios of CPU time. The share of
+the CPUs other processes used is recorded per round (`other_load`); the machine is shared, and a high share means contended numbers.
 
 Acceptance (issue 49): **the Legendre step costs ≤ 1.15× the piecewise-constant step**, read
 off the median of the per-round ratios.
@@ -194,11 +195,14 @@ def runner(v: dict, xs, ys):
 # ----------------------------------------------------------------------------- timing
 
 
-def time_rounds(variants: dict, cfg: Config, xs, ys) -> tuple[dict, list]:
+def time_rounds(variants: dict, cfg: Config, xs, ys) -> tuple[dict, dict, list]:
+    """Wall-clock and process CPU seconds per step of every variant, per round (see the module
+    docstring), and the other processes' CPU share per round."""
     runs = {name: runner(v, xs, ys) for name, v in variants.items()}
     for run in runs.values():
         run(cfg.warmup)
     samples = {name: [] for name in variants}
+    cpu = {name: [] for name in variants}
     loads = []
     for r in range(cfg.rounds):
         with OtherLoad() as load:
@@ -206,14 +210,15 @@ def time_rounds(variants: dict, cfg: Config, xs, ys) -> tuple[dict, list]:
                 pair = (PC, LEG) if r % 2 == 0 else (LEG, PC)
                 for basis in pair:
                     name = f"{scheme}/{basis}"
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     runs[name](cfg.steps_per_round)
                     samples[name].append((time.perf_counter() - t) / cfg.steps_per_round)
+                    cpu[name].append((time.process_time() - c) / cfg.steps_per_round)
         loads.append(load.fraction)
-    return samples, loads
+    return samples, cpu, loads
 
 
-def summarize(samples: dict, cfg: Config) -> dict:
+def summarize(samples: dict, cpu: dict, cfg: Config) -> dict:
     out = {}
     for scheme in cfg.schemes:
         pc = np.asarray(samples[f"{scheme}/{PC}"])
@@ -221,8 +226,16 @@ def summarize(samples: dict, cfg: Config) -> dict:
         per_round = leg / pc
         q25, q50, q75 = np.percentile(per_round, [25, 50, 75])
         paired = float(q50)
+        cpu_ratio = np.asarray(cpu[f"{scheme}/{LEG}"]) / np.asarray(cpu[f"{scheme}/{PC}"])
         out[scheme] = {
             "ratio_of_medians": float(np.median(leg) / np.median(pc)),
+            "cpu_time_per_round_ratio": {
+                "median": float(np.median(cpu_ratio)),
+                "q25": float(np.percentile(cpu_ratio, 25)),
+                "q75": float(np.percentile(cpu_ratio, 75)),
+                "min": float(cpu_ratio.min()),
+                "max": float(cpu_ratio.max()),
+            },
             "ratio_of_minima": float(leg.min() / pc.min()),
             "per_round_ratios": per_round.tolist(),
             "per_round_ratio": {
@@ -304,8 +317,8 @@ def main(cfg: Config, out: str, *, do_profile: bool) -> dict:
     variants = setup(cfg, xs, ys)
     cold = compile_cold(variants, xs, ys)
     quiet = wait_for_quiet(cfg.wait_quiet_s)
-    samples, loads = time_rounds(variants, cfg, xs, ys)
-    summary = summarize(samples, cfg)
+    samples, cpu, loads = time_rounds(variants, cfg, xs, ys)
+    summary = summarize(samples, cpu, cfg)
     record = {
         "benchmark": "basis_step_cost",
         "question": "training step time of a Legendre-in-depth model over the same model with "
@@ -322,6 +335,8 @@ def main(cfg: Config, out: str, *, do_profile: bool) -> dict:
         "cold": cold,
         "step_time": {name: stats(s) for name, s in samples.items()},
         "samples_step_s": samples,
+        "cpu_time": {name: stats(s) for name, s in cpu.items()},
+        "samples_step_cpu_s": cpu,
         "ratios": summary,
         "profile": profile(cfg) if do_profile else None,
         "wall_s": time.perf_counter() - t_start,
@@ -355,6 +370,11 @@ def report(record: dict, cfg: Config, out: str) -> None:
             f"{scheme}: Legendre / piecewise-constant = {p['median']:.3f} per round "
             f"(IQR {p['q25']:.3f}-{p['q75']:.3f}, range {p['min']:.3f}-{p['max']:.3f}); "
             f"ratio of medians {r['ratio_of_medians']:.3f}; target <= {ACCEPTANCE}: {verdict}"
+        )
+        c = r["cpu_time_per_round_ratio"]
+        print(
+            f"{scheme}: process CPU time per step, Legendre / piecewise-constant = "
+            f"{c['median']:.3f} per round (IQR {c['q25']:.3f}-{c['q75']:.3f})"
         )
     if record["profile"]:
         for op, t in record["profile"].items():
