@@ -48,6 +48,9 @@ class AdaptiveAccuracy:
       after the program was compiled; `compile_seconds`: the time to trace and compile it
       (close to 0 when an earlier call compiled the same structure).
     - `solver`, `rtol`, `atol`, `dt0`: what was used (`dt0` the first step tried).
+    - `correct`: per example (one-label tasks), whether it was classified right (a failed solve
+      is wrong), in the data's order: the input of a paired comparison with a fixed grid
+      (`workbench.analysis.paired_difference`); `None` for per-position targets.
     """
 
     accuracy: float
@@ -60,6 +63,7 @@ class AdaptiveAccuracy:
     seconds_per_example: float
     compile_seconds: float
     dt0: float
+    correct: np.ndarray | None = None
 
     @property
     def mean_evaluations(self) -> float:
@@ -152,7 +156,7 @@ def adaptive_accuracy(
     _adaptive_batch.lower(*args(batches[0][0])).compile()  # cached for the calls below
     compile_seconds = time.perf_counter() - start
     hits = count = 0
-    evaluations, failed, seconds = [], [], 0.0
+    evaluations, failed, seconds, correct = [], [], 0.0, []
     for indices, length in batches:
         start = time.perf_counter()
         out = jax.block_until_ready(_adaptive_batch(*args(indices)))
@@ -166,6 +170,7 @@ def adaptive_accuracy(
         hits += int(right.sum())
         count += int(keep.sum())
         failed.append(indices[:length][~ok])
+        correct.append(right if right.ndim == 1 else None)
         evaluations.append(evals)
     failed_examples = np.concatenate(failed).astype(np.int64)
     return AdaptiveAccuracy(
@@ -179,6 +184,7 @@ def adaptive_accuracy(
         seconds_per_example=seconds / max(len(data), 1),
         compile_seconds=compile_seconds,
         dt0=float(dt0),
+        correct=None if any(c is None for c in correct) else np.concatenate(correct),
     )
 
 
