@@ -169,6 +169,9 @@ class Costs:
     """λ_K of the kinetic cost ∫ (1/n)‖u_t‖² dt."""
     control_norm: float = 0.0
     """λ_θ of ∫‖θ‖² dt."""
+    acceleration: float = 0.0
+    """λ_A of the running cost ∫ (1/n)‖u_tt‖² dt (`wbc.Acceleration`, Kelly et al.): trains the
+    flow to be easy for an adaptive solver (gradient dto only)."""
 
 
 @dataclasses.dataclass(frozen=True)

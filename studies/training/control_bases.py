@@ -89,9 +89,12 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     """One training per basis and seed (the data split and the initialization)."""
     resolutions: tuple[int, ...] = (1, 2, 4)
     """Steps per layer drawn while training a basis with layers (layers, interpolated)."""
-    grid_steps: tuple[int, ...] = (2, 3, 4, 6, 8)
+    grid_steps: tuple[int, ...] = (4, 6, 8, 12, 16)
     """Total steps over [0, T] drawn while training a one-piece basis (legendre, hypernetwork):
     need not be multiples of the layer count."""
+    shift: int = 2
+    """Random shifts of the training inputs (`train-digits --shift`): MNIST-1D's signals move by
+    up to this many samples."""
     coarsen: tuple[int, ...] = (2,)
     """Coarse-basis draws while training (layers, legendre; '' for none)."""
     off_grid: tuple[int, ...] = (3, 5, 7, 12)

@@ -40,6 +40,7 @@ from ._msa import SuccessiveApproximations as SuccessiveApproximations
 from ._objective import (
     AbstractControlCost as AbstractControlCost,
     AbstractTerminalLoss as AbstractTerminalLoss,
+    Acceleration as Acceleration,
     ControlNorm as ControlNorm,
     ControlSmoothness as ControlSmoothness,
     CrossEntropy as CrossEntropy,

@@ -173,6 +173,11 @@ class OptimizeThenDiscretize(AbstractGradientMethod):
         return proposed  # a gradient: applied by the caller's optimizer
 
     def value_and_direction(self, objective, model, xs, ys):
+        if getattr(objective, "acceleration", None) is not None:
+            raise ValueError(
+                "OptimizeThenDiscretize does not take Objective.acceleration (a cost on the stored "
+                "trajectory's second differences); train it with DiscretizeThenOptimize()."
+            )
         _check(model)
         losses, kinetic, predictions, grads = jax.vmap(
             lambda x, y: costate_gradient(objective, model, x, y)

@@ -142,6 +142,11 @@ class SuccessiveApproximations(AbstractGradientMethod):
         return optax.sgd(1.0)
 
     def value_and_direction(self, objective, model, xs, ys):
+        if getattr(objective, "acceleration", None) is not None:
+            raise ValueError(
+                "SuccessiveApproximations does not take Objective.acceleration (a cost on the stored "
+                "trajectory's second differences); train it with DiscretizeThenOptimize()."
+            )
         tr = model.transformer
         eq, scheme = tr.equation, tr.scheme
         if not eq.is_piecewise_constant:

@@ -21,6 +21,7 @@ from .._controls import AbstractControl
 
 __all__ = [
     "AbstractControlCost",
+    "Acceleration",
     "AbstractTerminalLoss",
     "ControlNorm",
     "ControlSmoothness",
@@ -72,6 +73,39 @@ class KineticEnergy(eqx.Module):
         del t
         n = u.shape[0]
         return self.weight * jnp.sum((u_next - u) ** 2) / (n * tau)
+
+
+class Acceleration(eqx.Module):
+    r"""`λ_A ∫ (1/n) ‖u_tt‖² dt`: the second derivative of the token trajectories (Kelly et al.,
+    "Learning differential equations that are easy to solve", NeurIPS 2020: their `R_2`), a
+    running cost that trains the flow to be easy for an adaptive solver, whose local error
+    estimate is driven by `u_tt` (an embedded pair of orders 1 and 2 estimates `τ²‖u_tt‖/2`).
+
+    On the solve's `N` steps of size `τ = T / N` it is the sum of the squared second differences
+    of the computed states, `λ_A Σ_{k=1}^{N-1} (1/n) ‖u_{k+1} − 2u_k + u_{k−1}‖² / τ³`
+    (`u_0` the initial state): the rectangle rule for the integral of the central difference
+    quotient of `u_tt`, which converges to the integral at first order in `τ` on a smooth
+    trajectory (tested). The training step keeps the states of the solve for it (the solve's
+    `save_steps`); splitting schemes with a static step count only, and the exact gradient of
+    the discrete model (`DiscretizeThenOptimize`). It is reported in the objective's running
+    cost (`kinetic` in the metrics) together with the kinetic energy.
+    """
+
+    weight: float = eqx.field(static=True, default=1.0)
+
+    def __check_init__(self):
+        _check_weight("Acceleration", self.weight)
+
+    def trajectory_cost(self, u0, us, t1):
+        """The cost of the trajectory `u0, us[0], …, us[N-1]` over `[0, t1]`."""
+        states = jnp.concatenate([u0[None], us])
+        num_steps = us.shape[0]
+        if num_steps < 2:
+            return jnp.zeros((), u0.dtype)
+        tau = t1 / num_steps
+        second = states[2:] - 2 * states[1:-1] + states[:-2]
+        n = u0.shape[0]
+        return self.weight * jnp.sum(second**2) / (n * tau**3)
 
 
 def _controls(transformer) -> list:
@@ -132,11 +166,13 @@ class Objective(eqx.Module):
     - `terminal`: an `AbstractTerminalLoss`, `CrossEntropy()` by default.
     - `kinetic`: a `KineticEnergy` or `None`.
     - `controls`: a tuple of `AbstractControlCost` (`ControlNorm`, `ControlSmoothness`).
+    - `acceleration`: an `Acceleration` (a running cost on `u_tt`, Kelly et al.) or `None`.
     """
 
     terminal: AbstractTerminalLoss = CrossEntropy()
     kinetic: KineticEnergy | None = None
     controls: tuple[AbstractControlCost, ...] = ()
+    acceleration: Acceleration | None = None
 
     def __check_init__(self):
         if not isinstance(self.terminal, AbstractTerminalLoss):
@@ -144,6 +180,10 @@ class Objective(eqx.Module):
         if self.kinetic is not None and not isinstance(self.kinetic, KineticEnergy):
             raise ValueError(
                 f"Objective.kinetic={self.kinetic!r} must be None or KineticEnergy(λ)."
+            )
+        if self.acceleration is not None and not isinstance(self.acceleration, Acceleration):
+            raise ValueError(
+                f"Objective.acceleration={self.acceleration!r} must be None or Acceleration(λ)."
             )
         for c in self.controls:
             if not isinstance(c, AbstractControlCost):
@@ -157,9 +197,16 @@ class Objective(eqx.Module):
         kwargs = {"throw": False, **(solve_kwargs or {})}
         if self.kinetic is not None:
             kwargs["running_cost"] = self.kinetic.step_cost
+        if self.acceleration is not None:
+            kwargs["save_steps"] = True
         sol = model.solve(x, **kwargs)
         prediction = model.head(sol.y)
         kinetic = sol.running_cost if self.kinetic is not None else jnp.zeros((), sol.y.dtype)
+        if self.acceleration is not None:
+            u0 = model.embedding(x)
+            kinetic = kinetic + self.acceleration.trajectory_cost(
+                u0, sol.us, model.transformer.equation.t1
+            )
         return self.terminal(prediction, y), kinetic, prediction
 
     def __call__(self, model, xs, ys, solve_kwargs=None):

@@ -87,6 +87,8 @@ def fingerprint(config: Any) -> dict:
         del fields["task"]
     if fields.get("basis") == "layers":
         del fields["basis"]
+    if fields.get("acceleration") == 0.0:
+        del fields["acceleration"]
     if fields.get("plan") is not None:
         plan = read_plan(config)
         text = json.dumps(plan.to_dict(), sort_keys=True)

@@ -113,7 +113,21 @@ def check_training_fields(config: Any) -> None:
     check_model_fields(config)
     if hasattr(config, "depth"):
         check_depth_fields(config)
-    check_positive(config, "weight_decay", "kinetic", "control_norm", "smoothness", allow_zero=True)
+    check_positive(
+        config,
+        "weight_decay",
+        "kinetic",
+        "control_norm",
+        "smoothness",
+        "acceleration",
+        allow_zero=True,
+    )
+    check(
+        config,
+        "acceleration",
+        not getattr(config, "acceleration", 0.0) or config.gradient == "dto",
+        "0 unless gradient='dto' (the cost is on the stored trajectory)",
+    )
     check_choices(config, "optimizer", OPTIMIZERS)
     check_choices(config, "gradient", GRADIENTS)
     check_choices(config, "checkpointing", CHECKPOINTING)
@@ -211,7 +225,9 @@ def objective(config: Any) -> wbc.Objective:
     if config.smoothness:
         controls.append(wbc.ControlSmoothness(config.smoothness))
     kinetic = wbc.KineticEnergy(config.kinetic) if config.kinetic else None
-    return wbc.Objective(wbc.CrossEntropy(), kinetic, tuple(controls))
+    lam = getattr(config, "acceleration", 0.0)
+    acceleration = wbc.Acceleration(lam) if lam else None
+    return wbc.Objective(wbc.CrossEntropy(), kinetic, tuple(controls), acceleration)
 
 
 def load_plan(config: Any) -> wba.DiscretizationPlan | None:
