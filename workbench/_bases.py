@@ -12,6 +12,7 @@ the coefficients `c_k` being the leading axis of the control's `values` (its tra
 | `PiecewiseConstantBasis(L)`   | `PiecewiseConstant` | the indicator of layer `k` (a network's layers) |
 | `PiecewiseLinearBasis(L)`     | `Interpolated`    | hat functions through the layer midpoints         |
 | `LegendreBasis(p)`            | `Legendre`        | `√(2k+1) P_k(2t/T − 1)`, `k ≤ p`                  |
+| `HypernetworkBasis(K)`        | `Hypernetwork`    | a small network of `t` with `K` outputs (learned) |
 
 `basis.project(control)` (or `control.project(basis)`) is the L² projection onto the basis,
 $c = G^{-1} \int φ(t)\, θ(t)\, dt$ with the Gram matrix `G = ∫ φ φᵀ dt`, computed by Gauss–

@@ -95,7 +95,7 @@ class AbstractControl(eqx.Module):
         if not callable(getattr(basis, "project", None)) or isinstance(basis, AbstractControl):
             raise ValueError(
                 f"basis={basis!r} is not a control basis; pass wb.PiecewiseConstantBasis(L), "
-                "wb.PiecewiseLinearBasis(L) or wb.LegendreBasis(degree)."
+                "wb.PiecewiseLinearBasis(L), wb.LegendreBasis(degree) or wb.HypernetworkBasis(K, key=...)."
             )
         return basis.project(self)
 

@@ -326,7 +326,7 @@ def to_basis(tree: PyTree, basis: AbstractBasis) -> PyTree:
     if not isinstance(basis, AbstractBasis):
         raise ValueError(
             f"basis={basis!r} is not a control basis; pass wb.PiecewiseConstantBasis(L), "
-            "wb.PiecewiseLinearBasis(L) or wb.LegendreBasis(degree)."
+            "wb.PiecewiseLinearBasis(L), wb.LegendreBasis(degree) or wb.HypernetworkBasis(K, key=...)."
         )
 
     def is_node(x):
