@@ -78,7 +78,14 @@ FACTORS = (1, 2, 4, 8, 16)
 
 
 @dataclasses.dataclass(frozen=True)
-@defaults(kinetic=0.05, smoothness=0.1, epochs=60, num_layers=8, target_accuracy=0.96)
+@defaults(
+    kinetic=0.05,
+    smoothness=0.1,
+    epochs=60,
+    num_layers=8,
+    target_accuracy=0.96,
+    checkpointing="every-step",
+)
 class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     task: str = "mnist1d"
     """The data (`train-digits --task`): mnist1d, digits or mnist5000."""
@@ -92,6 +99,9 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
     grid_steps: tuple[int, ...] = (4, 6, 8, 12, 16)
     """Total steps over [0, T] drawn while training a one-piece basis (legendre, hypernetwork):
     need not be multiples of the layer count."""
+    kernel_size: int = 5
+    """Width of the patch embedding's kernel (`train-digits --kernel-size`): each MNIST-1D token
+    sees 5 samples."""
     shift: int = 2
     """Random shifts of the training inputs (`train-digits --shift`): MNIST-1D's signals move by
     up to this many samples."""
