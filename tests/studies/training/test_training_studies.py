@@ -90,7 +90,7 @@ def test_coarsening_is_the_mean_over_each_coarse_piece_and_undoes_refinement(get
         ValueError, match=r"factor=3 must divide the number of pieces \(4\); valid: \[1, 2, 4\]"
     ):
         wbc.coarsen_depth(m, 3)
-    with pytest.raises(ValueError, match="needs piecewise-constant controls"):
+    with pytest.raises(ValueError, match="needs controls with a nested coarser basis"):
         wbc.coarsen_depth(wbc.interpolate_controls(m), 2)
 
 
