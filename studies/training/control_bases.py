@@ -48,7 +48,13 @@ import numpy as np
 import workbench.analysis as wba
 import workbench.control as wbc
 from studies._toolkit import training as T
-from studies._toolkit.config import check, check_choices, check_nonempty, check_positive
+from studies._toolkit.config import (
+    check,
+    check_choices,
+    check_nonempty,
+    check_positive,
+    check_seed,
+)
 from studies._toolkit.fields import (
     Costs,
     Epochs,
@@ -128,6 +134,7 @@ class Config(Method, Costs, Smoothness, Epochs, WeightDecay, TrainingFields):
 
     def __post_init__(self):
         T.check_training_fields(self)
+        check_seed(self)  # (`seeds` chooses the trainings; `seed` is checked like every study's)
         check_positive(self, "epochs", "margin", "compression_margin", "evaluation_fraction")
         check_choices(self, "task", train_digits.TASKS)
         check_nonempty(self, "bases")
