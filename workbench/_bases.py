@@ -336,7 +336,24 @@ def _check_t1(value) -> None:
     positive_float("t1", value, arrays=True, hint="the depth T of the control's interval [0, T]")
 
 
-class Legendre(AbstractControl):
+class AbstractOnePieceControl(AbstractControl):
+    """A control that is one smooth piece over the whole depth `[0, T]` (`piece_length = T`):
+    no layers to localize to, any step grid."""
+
+    @property
+    def num_pieces(self) -> int:
+        return 1
+
+    @property
+    def is_piecewise_constant(self) -> bool:
+        return False
+
+    def localize(self, piece) -> "AbstractOnePieceControl":
+        del piece
+        return self
+
+
+class Legendre(AbstractOnePieceControl):
     r"""θ(t) a polynomial in depth-time: `θ(t) = Σ_{k≤p} √(2k+1) P_k(2t/T − 1) c_k`.
 
     The coefficients `c_k` are the leading axis of `values` (`p + 1` of them, each one layer's
@@ -373,18 +390,6 @@ class Legendre(AbstractControl):
     @property
     def max_degree(self) -> int:
         return self.num_functions - 1
-
-    @property
-    def num_pieces(self) -> int:
-        return 1
-
-    @property
-    def is_piecewise_constant(self) -> bool:
-        return False
-
-    def localize(self, piece) -> "Legendre":
-        del piece
-        return self
 
     def evaluate(self, t) -> PyTree:
         """θ(t), the polynomial itself at every `t`, also just outside `[0, T]`: Yoshida4's

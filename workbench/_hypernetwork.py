@@ -43,9 +43,17 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
-from ._bases import LEARNED_NODES, AbstractBasis, _at, _check_t1, _gauss, _learned_points
+from ._bases import (
+    LEARNED_NODES,
+    AbstractBasis,
+    AbstractOnePieceControl,
+    _at,
+    _check_t1,
+    _gauss,
+    _learned_points,
+)
 from ._checks import int_in_range
-from ._controls import AbstractControl, _inexact_leaves, _num_pieces, _scalar
+from ._controls import _inexact_leaves, _num_pieces, _scalar
 
 __all__ = ["Hypernetwork", "HypernetworkBasis"]
 
@@ -184,7 +192,7 @@ def _quadrature(t1: float, dtype):
     return jnp.asarray(nodes, dtype), jnp.asarray(weights, dtype)
 
 
-class Hypernetwork(AbstractControl):
+class Hypernetwork(AbstractOnePieceControl):
     r"""θ(t) from a small network of depth-time: `θ(t) = Σ_{k<K} φ_k(t) c_k`, `φ` the network of
     a `wb.HypernetworkBasis` (see `workbench._hypernetwork`; Tong et al., ICLR 2025).
 
@@ -231,18 +239,6 @@ class Hypernetwork(AbstractControl):
     @property
     def num_functions(self) -> int:
         return self.net.num_functions
-
-    @property
-    def num_pieces(self) -> int:
-        return 1
-
-    @property
-    def is_piecewise_constant(self) -> bool:
-        return False
-
-    def localize(self, piece) -> "Hypernetwork":
-        del piece
-        return self
 
     def evaluate(self, t) -> PyTree:
         phi = self.net.functions(jnp.asarray(t)[None], self.piece_length)[0]

@@ -53,7 +53,29 @@ def _evaluations_per_step(solver):
     return None
 
 
-class _CountedController(diffrax.AbstractAdaptiveStepSizeController):
+class _WrappingController(diffrax.AbstractAdaptiveStepSizeController):
+    """An adaptive controller around another, `controller`, whose tolerances, norm and
+    direction it passes through."""
+
+    controller: eqx.AbstractVar[diffrax.AbstractAdaptiveStepSizeController]
+
+    @property
+    def rtol(self):
+        return self.controller.rtol
+
+    @property
+    def atol(self):
+        return self.controller.atol
+
+    @property
+    def norm(self):  # pyright: ignore[reportIncompatibleMethodOverride]
+        return self.controller.norm
+
+    def wrap(self, direction):
+        return eqx.tree_at(lambda c: c.controller, self, self.controller.wrap(direction))
+
+
+class _CountedController(_WrappingController):
     """An adaptive controller that also counts the field evaluations of every step tried.
 
     diffrax reports steps, not evaluations, and a step's cost depends on more than the step:
@@ -72,21 +94,6 @@ class _CountedController(diffrax.AbstractAdaptiveStepSizeController):
     stages: int = eqx.field(static=True)
     fsal: bool = eqx.field(static=True)
 
-    @property
-    def rtol(self):
-        return self.controller.rtol
-
-    @property
-    def atol(self):
-        return self.controller.atol
-
-    @property
-    def norm(self):  # pyright: ignore[reportIncompatibleMethodOverride]
-        return self.controller.norm
-
-    def wrap(self, direction):
-        return eqx.tree_at(lambda c: c.controller, self, self.controller.wrap(direction))
-
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         t1, inner = self.controller.init(terms, t0, t1, y0, dt0, args, func, error_order)
         return t1, (inner, jnp.array(True), jnp.array(0))
@@ -104,7 +111,7 @@ class _CountedController(diffrax.AbstractAdaptiveStepSizeController):
         return keep, next_t0, next_t1, made_jump, (inner, fresh, count), result
 
 
-class _StepAcrossJumps(diffrax.AbstractAdaptiveStepSizeController):
+class _StepAcrossJumps(_WrappingController):
     """An adaptive controller whose proposal survives a step shortened to reach a jump.
 
     `ClipStepSizeController` shortens a step that would cross a jump so that it ends just
@@ -116,21 +123,6 @@ class _StepAcrossJumps(diffrax.AbstractAdaptiveStepSizeController):
     after a `tstop` alike); a rejected step shrinks as usual."""
 
     controller: diffrax.AbstractAdaptiveStepSizeController
-
-    @property
-    def rtol(self):
-        return self.controller.rtol
-
-    @property
-    def atol(self):
-        return self.controller.atol
-
-    @property
-    def norm(self):  # pyright: ignore[reportIncompatibleMethodOverride]
-        return self.controller.norm
-
-    def wrap(self, direction):
-        return eqx.tree_at(lambda c: c.controller, self, self.controller.wrap(direction))
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         t1, inner = self.controller.init(terms, t0, t1, y0, dt0, args, func, error_order)

@@ -286,9 +286,16 @@ def _measure(config: Config, basis: str, seed: int, model, results, trained, tes
     def at(steps, scheme=lie):
         return model.rediscretize(scheme, steps // layers)
 
+    solved = {own_steps: own}
+
+    def lie_correct(steps):
+        """Per-example correctness with `steps` Lie steps, each grid solved once."""
+        if steps not in solved:
+            solved[steps] = correct(at(steps), test)
+        return solved[steps]
+
     refinement = [
-        {"steps": f * own_steps, **_paired(own, correct(at(f * own_steps), test))}
-        for f in FACTORS[1:]
+        {"steps": f * own_steps, **_paired(own, lie_correct(f * own_steps))} for f in FACTORS[1:]
     ]
     second = {
         "scheme": "Strang",
@@ -296,9 +303,7 @@ def _measure(config: Config, basis: str, seed: int, model, results, trained, tes
         **_paired(own, correct(at(FACTORS[-1] * own_steps, wb.schemes.Strang()), test)),
     }
     off_grid = (
-        [{"steps": k, **_paired(own, correct(at(k), test))} for k in config.off_grid]
-        if one_piece
-        else []
+        [{"steps": k, **_paired(own, lie_correct(k))} for k in config.off_grid] if one_piece else []
     )
     # Orders in depth (float64) on a few held-out inputs, Lie and Strang.
     orders = {}
@@ -343,14 +348,14 @@ def _measure(config: Config, basis: str, seed: int, model, results, trained, tes
             }
         )
     # Fixed Lie grids, for the cheapest one as accurate as the 16× grid.
-    fine = correct(at(FACTORS[-1] * own_steps), test)
+    fine = lie_correct(FACTORS[-1] * own_steps)
     grid_steps = sorted(
         {k for k in (1, 2, 3, 4, 6, 8, 12, 16) if one_piece or k % layers == 0}
         | {f * own_steps for f in FACTORS}
     )
     fixed = []
     for k in grid_steps:
-        c = fine if k == FACTORS[-1] * own_steps else correct(at(k), test)
+        c = lie_correct(k)
         fixed.append({"steps": k, "evaluations": k, **_paired(fine, c)})
     as_accurate = [g for g in fixed if -config.margin <= g["low"] and g["high"] <= config.margin]
     cheapest_fixed = min(as_accurate, key=lambda g: g["evaluations"]) if as_accurate else None
