@@ -321,7 +321,7 @@ def to_basis(tree: PyTree, basis: AbstractBasis) -> PyTree:
 
     A `Transformer` keeps its total number of steps over `[0, T]` where the new basis allows
     (`steps_per_layer · num_layers` steps, on the new pieces), else the nearest multiple of its
-    new layer count.
+    new layer count (a tie goes to the larger: 6 steps onto 4 layers are 8, 10 are 12).
     """
     if not isinstance(basis, AbstractBasis):
         raise ValueError(
@@ -339,7 +339,7 @@ def to_basis(tree: PyTree, basis: AbstractBasis) -> PyTree:
             total = x.num_layers * x.steps_per_layer
             equation = to_basis(x.equation, basis)
             pieces = equation.num_pieces
-            steps = max(1, round(total / pieces))
+            steps = max(1, (2 * total + pieces) // (2 * pieces))  # half up, not to even
             return Transformer(equation, x.scheme, steps)
         return x
 

@@ -29,9 +29,17 @@ def certificate(
     with jax.enable_x64(True):
         m64 = to_float64(model)
         states = jax.vmap(m64.embedding)(jnp.asarray(np.asarray(held_out.inputs[:examples])))
-        return wbc.certify(
+        cert = wbc.certify(
             m64.transformer, states, plan=plan, accuracy=accuracy, max_accuracy_spread=max_spread
         ).to_dict()
+    cert["step_unit"] = step_unit(model)
+    return cert
+
+
+def step_unit(model: wbc.ControlledModel) -> str:
+    """What a model's step counts count: steps per layer, or steps over the whole depth for
+    controls in one piece (a smooth basis such as Legendre)."""
+    return "steps per layer" if model.transformer.equation.num_pieces > 1 else "steps in all"
 
 
 def certificate_artifacts(results: Any) -> dict:
@@ -57,11 +65,12 @@ def certificate_lines(cert: dict | None) -> list[str]:
     order = "none fitted" if cert["observed_order"] is None else f"{cert['observed_order']:.2f}"
     plan = "no plan" if cert["plan_holds"] is None else str(cert["plan_holds"])
     acc = cert.get("accuracy")
+    unit = cert.get("step_unit", "steps per layer")
     rows = [("consistent discretization", consistency_text(cert))]
     if acc is not None:
         rows.append(
             (
-                "held-out accuracy at own / refined steps per layer",
+                f"held-out accuracy at own / refined {unit}",
                 " / ".join(
                     [f"{100 * acc['accuracy']:.2f} % ({acc['steps_per_layer']})"]
                     + [
@@ -73,7 +82,7 @@ def certificate_lines(cert: dict | None) -> list[str]:
         )
         rows.append(
             (
-                f"{acc['second_scheme']} at {acc['second_steps_per_layer']} steps per layer",
+                f"{acc['second_scheme']} at {acc['second_steps_per_layer']} {unit}",
                 f"{100 * acc['second_accuracy']:.2f} %",
             )
         )
@@ -86,7 +95,7 @@ def certificate_lines(cert: dict | None) -> list[str]:
         if acc.get("paired"):
             rows.append(paired_row(acc["paired"]))
     rows += [
-        ("discretization", f"{cert['scheme']}, {cert['steps_per_layer']} step(s)/layer"),
+        ("discretization", f"{cert['scheme']}, {cert['steps_per_layer']} {unit}"),
         ("max-abs error vs Dopri8 reference", f"{cert['error']:.3g}"),
         (
             "observed order (expected)",

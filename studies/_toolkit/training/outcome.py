@@ -127,7 +127,8 @@ def training_verdict(results: Any, what: str) -> str:
         faithful = (
             f"a consistent discretization of its equation (accuracy within {spread:.2f} "
             f"points from {cert['steps_per_layer']} to "
-            f"{cert['accuracy']['second_steps_per_layer']} steps per layer and with "
+            f"{cert['accuracy']['second_steps_per_layer']} "
+            f"{cert.get('step_unit', 'steps per layer')} and with "
             f"{cert['accuracy']['second_scheme']})"
         )
     else:

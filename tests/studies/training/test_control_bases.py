@@ -102,6 +102,9 @@ def test_a_basis_with_layers_is_not_held_to_the_adaptive_goal_and_without_legend
         ({"seeds": (-1,)}, "seeds"),
         ({"task": "cifar"}, "task"),
         ({"steps_per_layer": 2}, "steps_per_layer"),
+        ({"first_step": 0.0}, r"first_step.*\(0, 1\]"),
+        ({"first_step": 1.5}, "first_step"),
+        ({"first_step": "half"}, "first_step"),
     ],
 )
 def test_the_config_names_bad_fields(fields, words):
@@ -117,3 +120,49 @@ def test_each_basis_trains_with_its_own_draws():
     assert c.digits_config("legendre", 2).resolutions == c.grid_steps
     assert c.digits_config("legendre", 2).seed == 2
     assert c.digits_config("interpolated", 0).coarsen == ()
+
+
+@pytest.mark.parametrize(
+    "num_layers, basis, unit",
+    [
+        (4, "layers", "steps per layer"),
+        (4, "legendre", "steps in all"),
+        (1, "layers", "steps in all"),
+    ],
+)
+def test_the_certificate_names_what_its_step_counts_count(num_layers, basis, unit):
+    """A network's step counts are per layer; a one-piece basis's (and a single layer's) are over
+    the whole depth, and the report says which."""
+    import jax
+
+    import workbench.control as wbc
+    from studies._toolkit import training as T
+    from studies._toolkit.training.certificate import certificate_lines, step_unit
+
+    transformer = wbc.random_transformer(
+        jax.random.key(0),
+        d=8,
+        num_heads=2,
+        num_layers=num_layers,
+        hidden=16,
+        basis=T.BASES[basis](num_layers, jax.random.key(1)),
+    )
+    model = wbc.ControlledModel(
+        embedding=lambda x: x, transformer=transformer, head=lambda u: u.mean(0)
+    )
+    assert step_unit(model) == unit
+    cert = {
+        "step_unit": unit,
+        "observed_order": 1.0,
+        "plan_holds": None,
+        "scheme": "LieTrotter",
+        "steps_per_layer": 8,
+        "error": 0.1,
+        "expected_order": 1,
+        "largest_stable_step": 3.0,
+        "step": 1.0,
+        "consistent": True,
+        "reasons": [],
+    }
+    table = "\n".join(certificate_lines(cert))
+    assert f"LieTrotter, 8 {unit}" in table

@@ -148,3 +148,13 @@ def test_multi_resolution_training_of_a_legendre_model_and_load_run(getkey, rng,
     x = jnp.asarray(data.inputs[:3])
     predict = eqx.filter_jit(lambda m: jax.vmap(m)(x))
     np.testing.assert_array_equal(np.asarray(predict(back)), np.asarray(predict(result.model)))
+
+
+@pytest.mark.parametrize("steps_per_layer, expected", [(3, 2), (5, 3), (4, 2)])
+def test_to_basis_keeps_the_total_steps_or_rounds_half_up(getkey, steps_per_layer, expected):
+    """Two layers of `k` steps onto four: `2k` steps where 4 divides it, else the nearest
+    multiple of 4, a tie (6, 10) to the larger."""
+    model = tiny_model(getkey(), layers=2, steps_per_layer=steps_per_layer)
+    moved = wb.to_basis(model, wb.PiecewiseConstantBasis(4))
+    assert moved.transformer.num_layers == 4
+    assert moved.transformer.steps_per_layer == expected
