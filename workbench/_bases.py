@@ -164,6 +164,15 @@ class AbstractBasis(eqx.Module):
         t1 = control.t1
         leaves = [x for x in jax.tree.leaves(control.values) if eqx.is_inexact_array(x)]
         dtype = jnp.result_type(*leaves) if leaves else jnp.result_type(float)
+        own = {x.dtype for x in jax.tree.leaves(self) if eqx.is_inexact_array(x)}
+        if own and own != {jnp.dtype(dtype)}:
+            # A learned basis's weights become part of the control: one dtype for the model.
+            raise ValueError(
+                f"cannot project a {jnp.dtype(dtype).name} control onto {type(self).__name__}, "
+                f"whose own weights are {' and '.join(sorted(d.name for d in own))}: the model "
+                f"would mix dtypes. Build the basis in the control's dtype "
+                f"(dtype=jnp.{jnp.dtype(dtype).name})."
+            )
         matrix = _projection_matrix(source, self, t1, dtype)
         values = _combine(matrix, control.values, f"project onto {type(self).__name__}")
         return self.control(values, t1)

@@ -244,3 +244,8 @@ def test_bad_input_is_refused_by_name(getkey):
         basis.project(layers)  # 4 learned functions from 3 layers: larger and not nested
     with pytest.raises(ValueError, match="cannot project"):
         wb.Hypernetwork(_values(getkey(), K), basis, t1=T).project(wb.LegendreBasis(K))
+    # A learned basis's weights join the model: a float64 network into a float32 basis would
+    # mix dtypes, so the projection names both before any compute.
+    single = wb.HypernetworkBasis(K, width=8, key=getkey())  # float32 by default
+    with pytest.raises(ValueError, match="float64 control onto HypernetworkBasis.*float32"):
+        single.project(wb.PiecewiseConstant(_values(getkey(), K), 1.0))
