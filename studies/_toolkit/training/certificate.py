@@ -42,6 +42,11 @@ def step_unit(model: wbc.ControlledModel) -> str:
     return "steps per layer" if model.transformer.equation.num_pieces > 1 else "steps in all"
 
 
+def unit_of(cert: dict) -> str:
+    """The certificate's step unit (`step_unit`; certificates written before it: per layer)."""
+    return cert.get("step_unit", "steps per layer")
+
+
 def certificate_artifacts(results: Any) -> dict:
     """`certificate.json`: the trained network against its equation (when computed)."""
     return {} if results.certificate is None else {"certificate.json": results.certificate}
@@ -65,7 +70,7 @@ def certificate_lines(cert: dict | None) -> list[str]:
     order = "none fitted" if cert["observed_order"] is None else f"{cert['observed_order']:.2f}"
     plan = "no plan" if cert["plan_holds"] is None else str(cert["plan_holds"])
     acc = cert.get("accuracy")
-    unit = cert.get("step_unit", "steps per layer")
+    unit = unit_of(cert)
     rows = [("consistent discretization", consistency_text(cert))]
     if acc is not None:
         rows.append(

@@ -12,7 +12,7 @@ import numpy as np
 
 import workbench.control as wbc
 
-from .certificate import certificate
+from .certificate import certificate, unit_of
 
 
 def solve_seconds(model, xs, repeats: int) -> float:
@@ -127,8 +127,7 @@ def training_verdict(results: Any, what: str) -> str:
         faithful = (
             f"a consistent discretization of its equation (accuracy within {spread:.2f} "
             f"points from {cert['steps_per_layer']} to "
-            f"{cert['accuracy']['second_steps_per_layer']} "
-            f"{cert.get('step_unit', 'steps per layer')} and with "
+            f"{cert['accuracy']['second_steps_per_layer']} {unit_of(cert)} and with "
             f"{cert['accuracy']['second_scheme']})"
         )
     else:
